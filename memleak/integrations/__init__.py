@@ -1,0 +1,1 @@
+"""Where people work: pytest, Lightning, Hugging Face, zero-code runs, distributed runs."""

@@ -1,0 +1,78 @@
+"""Probes read memory at step boundaries (and, for some, in hooks).
+
+Each probe is started once, sampled at the end of every step, and stopped
+once, also when the loop raises. A probe that cannot work here (no GPU, no
+NVML library) raises `Unavailable` from `start`; the tracker records why once
+and goes on without it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+
+class Unavailable(Exception):
+    """This probe cannot run in this process; the message says why."""
+
+
+@dataclass
+class ProbeContext:
+    """What a probe may know about the run it serves."""
+
+    device: torch.device
+    level: str
+    model_ref: Callable[[], Any] = lambda: None  # weak reference: never keeps the model alive
+    optimizer_ref: Callable[[], Any] = lambda: None
+    emit: Callable[[str, dict], None] = lambda type_, body: None  # write a non-step record
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Probe:
+    name = "probe"
+
+    def start(self, ctx: ProbeContext) -> dict[str, Any]:
+        """Begin; return header facts (device name, versions) to record. Raise Unavailable to opt out."""
+        return {}
+
+    def step_begin(self, step: int) -> None:
+        pass
+
+    def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        """Values for the step record of the step that just ended."""
+        return {}
+
+    def stop(self) -> None:
+        """Undo everything start did. Must be safe to call twice."""
+
+
+def resolve_device(device: Any = None, model: Any = None) -> torch.device:
+    """The device whose memory matters: the one given, else the model's, else the current accelerator, else CPU."""
+    if device is not None:
+        dev = torch.device(device)
+    elif model is not None and next(iter(model.parameters()), None) is not None:
+        dev = next(iter(model.parameters())).device
+    else:
+        acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        dev = torch.device(acc.type) if acc is not None else torch.device("cpu")
+    if dev.type != "cpu" and dev.index is None:
+        dev = torch.device(dev.type, torch.accelerator.current_device_index())
+    return dev
+
+
+def probes_for_level(level: str) -> list[Probe]:
+    """The probes each level runs, cheapest first."""
+    from .allocator import AllocatorProbe
+    from .census import CensusProbe
+    from .host import HostProbe
+    from .nvml import NvmlProbe
+
+    probes: list[Probe] = [AllocatorProbe(), NvmlProbe(), HostProbe()]
+    if level in ("modules", "full"):
+        from .modules import ModuleProbe
+        probes.append(ModuleProbe())
+    if level == "full":
+        from .tensors import TensorProbe
+        probes.extend([CensusProbe(), TensorProbe()])
+    return probes

@@ -1,0 +1,68 @@
+"""The accelerator's caching allocator: memory_stats at each step end.
+
+Reads torch.cuda on CUDA and torch.accelerator elsewhere (XPU, ...), so the
+same columns appear on any device whose backend keeps allocator statistics.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import Probe, ProbeContext, Unavailable
+
+# memory_stats key -> step column
+STAT_COLUMNS = {
+    "allocated_bytes.all.current": "allocated_bytes",
+    "reserved_bytes.all.current": "reserved_bytes",
+    "active_bytes.all.current": "active_bytes",
+    "inactive_split_bytes.all.current": "inactive_split_bytes",
+    "requested_bytes.all.current": "requested_bytes",
+    "allocated_bytes.all.peak": "allocated_peak_bytes",
+    "reserved_bytes.all.peak": "reserved_peak_bytes",
+    "requested_bytes.all.peak": "requested_peak_bytes",
+    "num_alloc_retries": "num_alloc_retries",
+    "num_ooms": "num_ooms",
+}
+
+
+def _backend(device: torch.device):
+    if device.type == "cuda":
+        return torch.cuda
+    return torch.accelerator
+
+
+def read_allocator(device: torch.device) -> dict[str, Any]:
+    """The allocator columns for `device` now (empty for CPU)."""
+    if device.type == "cpu":
+        return {}
+    stats = _backend(device).memory_stats(device.index)
+    values = {col: int(stats[key]) for key, col in STAT_COLUMNS.items() if key in stats}
+    if device.type == "cuda" and torch.cuda.is_initialized():
+        free, total = torch.cuda.mem_get_info(device.index)
+        values["device_free_bytes"] = int(free)
+        values["device_total_bytes"] = int(total)
+    return values
+
+
+class AllocatorProbe(Probe):
+    name = "allocator"
+
+    def start(self, ctx: ProbeContext) -> dict[str, Any]:
+        self.device = ctx.device
+        if self.device.type == "cpu":
+            raise Unavailable("the tracked device is the CPU, which has no caching allocator; "
+                              "the heap counter and the live-tensor census stand in for it")
+        try:
+            read_allocator(self.device)
+        except Exception as e:  # a backend without memory_stats (e.g. MPS in some versions)
+            raise Unavailable(f"{self.device.type} allocator statistics are not available: {e}") from None
+        facts: dict[str, Any] = {"device_name": torch.accelerator.current_accelerator().type}
+        if self.device.type == "cuda":
+            props = torch.cuda.get_device_properties(self.device.index)
+            facts = {"device_name": props.name, "device_total_bytes": int(props.total_memory),
+                     "cuda_version": torch.version.cuda}
+        return facts
+
+    def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        return read_allocator(self.device)

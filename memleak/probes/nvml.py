@@ -1,0 +1,67 @@
+"""NVML: device memory as the driver sees it, including what PyTorch does not allocate
+(the CUDA context, NCCL buffers, cuDNN/cuBLAS workspaces, other libraries)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from . import Probe, ProbeContext, Unavailable
+
+
+class NvmlProbe(Probe):
+    name = "nvml"
+
+    def start(self, ctx: ProbeContext) -> dict[str, Any]:
+        if ctx.device.type != "cuda":
+            raise Unavailable("NVML reports NVIDIA GPUs only and the tracked device is "
+                              f"{ctx.device.type}")
+        try:
+            import pynvml
+        except ImportError:
+            raise Unavailable("the NVML binding is not installed: pip install nvidia-ml-py") from None
+        try:
+            pynvml.nvmlInit()
+        except Exception as e:  # no driver, or no libnvidia-ml
+            raise Unavailable(f"NVML could not start: {e}") from None
+        self.nvml = pynvml
+        # Match the CUDA device to the NVML one by UUID: CUDA_VISIBLE_DEVICES renumbers devices.
+        uuid = str(torch.cuda.get_device_properties(ctx.device.index).uuid)
+        try:
+            self.handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        except Exception:
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(ctx.device.index)
+        self.pid = os.getpid()
+        self.process_seen = True
+        return {"driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
+                "nvml_device_name": _text(pynvml.nvmlDeviceGetName(self.handle))}
+
+    def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        info = self.nvml.nvmlDeviceGetMemoryInfo(self.handle)
+        values: dict[str, Any] = {"nvml_device_used_bytes": int(info.used)}
+        if self.process_seen:
+            used = self._process_bytes()
+            if used is None:
+                # In a container the driver may list host pids only: stop asking.
+                self.process_seen = step < 2
+            else:
+                values["nvml_process_bytes"] = used
+        return values
+
+    def _process_bytes(self) -> int | None:
+        for proc in self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle):
+            if proc.pid == self.pid and proc.usedGpuMemory is not None:
+                return int(proc.usedGpuMemory)
+        return None
+
+    def stop(self) -> None:
+        if getattr(self, "nvml", None) is not None:
+            try:
+                self.nvml.nvmlShutdown()
+            finally:
+                self.nvml = None
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

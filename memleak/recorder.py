@@ -1,0 +1,346 @@
+"""The Tracker behind `memleak.track` and `memleak.watch`.
+
+It marks iteration boundaries, samples every probe at each one, appends a step
+record to the run, and undoes everything it installed on exit, also when the
+loop raises. It holds the model and optimizer through weak references only.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+import socket
+import sys
+import time
+import weakref
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from . import __version__
+from .errors import UsageError
+from .probes import Probe, ProbeContext, Unavailable, probes_for_level, resolve_device
+from .storage import RUN_SUFFIX, RecordSink, RunWriter, read_run_file, run_from_records
+
+log = logging.getLogger("memleak")
+
+LEVELS = ("counters", "modules", "full")
+# Steps at which the live leak check runs: sparse enough that its cost stays negligible.
+_FIRST_LIVE_CHECK = 16
+_LIVE_CHECK_GROWTH = 1.5
+# The columns kept in memory for that check (the full records go to the sink).
+_LIVE_COLUMNS = ("step", "time", "duration", "allocated_bytes", "heap_bytes", "tensor_bytes",
+                 "rss_bytes", "device_total_bytes")
+
+
+def is_oom(exc: BaseException | None) -> bool:
+    """An out-of-memory error on any device (CPU allocators raise plain RuntimeErrors)."""
+    if exc is None:
+        return False
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in str(exc) or "out of memory" in str(exc))
+
+
+def _rank() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def run_file_path(out: str | os.PathLike) -> Path:
+    """`out` may name a folder (the run file goes inside) or a .jsonl file."""
+    out = Path(out)
+    if out.suffix == RUN_SUFFIX:
+        return out
+    rank, world = _rank()
+    return out / (f"run-rank{rank}-of{world}{RUN_SUFFIX}" if world > 1 else f"run{RUN_SUFFIX}")
+
+
+class Tracker:
+    """Records one run. Use through `memleak.track(...)` or `memleak.watch(...)`."""
+
+    def __init__(self, model: torch.nn.Module | None = None, *, optimizer: Any = None,
+                 out: str | os.PathLike | None = None, level: str = "full", device: Any = None,
+                 budget: int | float | str | None = None, record_history: bool | int = False,
+                 on_leak: Callable[[Any], None] | None = None, census_budget: float = 0.05):
+        if level not in LEVELS:
+            raise UsageError(f"level must be one of {', '.join(map(repr, LEVELS))}, not {level!r}")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise UsageError(f"model must be a torch.nn.Module (or None), not {type(model).__name__}")
+        optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else ([optimizer] if optimizer else [])
+        for opt in optimizers:
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise UsageError(f"optimizer must be a torch.optim.Optimizer, not {type(opt).__name__}")
+        if not 0 < census_budget <= 1:
+            raise UsageError(f"census_budget is a share of step time in (0, 1], not {census_budget!r}")
+        from .units import parse_bytes
+        self.level = level
+        self.out = None if out is None else Path(out)
+        self.budget_bytes = None if budget is None else parse_bytes(budget)
+        self.record_history = record_history
+        self.on_leak = on_leak
+        self._model_ref = weakref.ref(model) if model is not None else (lambda: None)
+        # With several optimizers (a GAN), the last one listed ends each iteration.
+        self._optimizer_ref = weakref.ref(optimizers[-1]) if optimizers else (lambda: None)
+        self._device_arg = device
+        self._census_budget = census_budget
+        self._state = "new"
+        self._probes: list[Probe] = []
+        self._hooks: list[Any] = []
+        self._manual = False
+        self._last_boundary_by_optimizer = False
+        self._step = 0
+        self._series: dict[str, list] = {col: [] for col in _LIVE_COLUMNS}
+        self._next_live_check = _FIRST_LIVE_CHECK
+        self.leak_confirmed = False
+        self.sink: RecordSink | None = None
+        self.path: Path | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Tracker":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.close(exc)
+        return False  # never swallow the loop's exception
+
+    def start(self) -> "Tracker":
+        if self._state != "new":
+            raise UsageError("this tracker was already started; create a new one for another run")
+        self._state = "running"
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        model = self._model_ref()
+        self.device = resolve_device(self._device_arg, model)
+        if self.out is not None:
+            self.path = run_file_path(self.out)
+            self.sink = RunWriter(self.path)
+        else:
+            self.sink = RecordSink()
+        ctx = ProbeContext(device=self.device, level=self.level, model_ref=self._model_ref,
+                           optimizer_ref=self._optimizer_ref, emit=self.sink.record,
+                           options={"census_budget": self._census_budget})
+        meta = self._base_meta()
+        skipped: list[tuple[str, str]] = []
+        for probe in probes_for_level(self.level):
+            try:
+                meta.update(probe.start(ctx))
+            except Unavailable as e:
+                skipped.append((probe.name, str(e)))
+                probe.stop()
+                continue
+            self._probes.append(probe)
+        meta["probes"] = [p.name for p in self._probes]
+        self.sink.header(meta)
+        self.meta = meta
+        for name, why in skipped:
+            log.info("memleak: %s probe skipped: %s", name, why)
+            self.sink.event("probe_skipped", probe=name, reason=why)
+        if self.record_history:
+            from .probes import history
+            entries = 100_000 if self.record_history is True else int(self.record_history)
+            if not history.start(entries):
+                self.sink.event("probe_skipped", probe="history", reason="memory history needs CUDA")
+                self.record_history = False
+        opt = self._optimizer_ref()
+        if opt is not None:
+            self._hooks.append(opt.register_step_post_hook(self._on_optimizer_step))
+        self._t0 = self._t_step = time.perf_counter()
+        self._begin(0)
+
+    def _base_meta(self) -> dict[str, Any]:
+        rank, world = _rank()
+        model = self._model_ref()
+        return {
+            "memleak_version": __version__, "torch_version": torch.__version__,
+            "cuda_version": torch.version.cuda, "python_version": platform.python_version(),
+            "device": str(self.device), "level": self.level,
+            "host": socket.gethostname(), "pid": os.getpid(), "rank": rank, "world_size": world,
+            "start_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "argv": list(sys.argv), "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+            "budget_bytes": self.budget_bytes,
+            "model": type(model).__name__ if model is not None else None,
+            "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()) if model is not None else None,
+        }
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Stop recording: remove every hook, stop every probe, close the file. Idempotent."""
+        if self._state in ("new", "closed"):
+            self._state = "closed"
+            return
+        self._state = "closed"
+        try:
+            if is_oom(exc):
+                self._record_oom(exc)
+        finally:
+            for handle in self._hooks:
+                handle.remove()
+            self._hooks.clear()
+            for probe in self._probes:
+                try:
+                    probe.stop()
+                except Exception as e:  # one probe failing to stop must not keep the others' hooks in
+                    log.warning("memleak: %s probe failed to stop: %s", probe.name, e)
+            if self.record_history:
+                from .probes import history
+                history.stop()
+            if self.sink is not None:
+                self.sink.close()
+
+    @property
+    def active(self) -> bool:
+        return self._state == "running"
+
+    # ------------------------------------------------------------ steps
+    def step(self) -> None:
+        """End the current iteration. Once called, only these calls mark iterations."""
+        if not self.active:
+            raise UsageError("tracker.step() was called outside the tracked block (the tracker is not running)")
+        if not self._manual:
+            self._manual = True
+            if self._last_boundary_by_optimizer:
+                # optimizer.step() just ended this iteration; this call confirms it.
+                self._last_boundary_by_optimizer = False
+                return
+        self._end_step()
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self._manual or not self.active:
+            return
+        self._end_step()
+        self._last_boundary_by_optimizer = True
+
+    def _begin(self, step: int) -> None:
+        for probe in self._probes:
+            probe.step_begin(step)
+        self._t_step = time.perf_counter()
+
+    def _end_step(self) -> None:
+        now = time.perf_counter()
+        seconds = now - self._t_step
+        values: dict[str, Any] = {"step": self._step, "time": round(now - self._t0, 6), "duration": round(seconds, 6)}
+        for probe in list(self._probes):
+            try:
+                values.update(probe.sample(self._step, seconds))
+            except Exception as e:  # a probe bug must not break the user's training loop
+                self._probes.remove(probe)
+                probe.stop()
+                log.warning("memleak: %s probe failed and was turned off: %s", probe.name, e)
+                self.sink.event("probe_failed", probe=probe.name, step=self._step, error=repr(e))
+        self.sink.step(values)
+        for col, vals in self._series.items():
+            vals.append(values.get(col))
+        self._step += 1
+        if self._step >= self._next_live_check:
+            self._next_live_check = int(self._step * _LIVE_CHECK_GROWTH)
+            self._live_check()
+        self._begin(self._step)
+
+    # ------------------------------------------------------------ live warning
+    def _live_check(self) -> None:
+        """Warn once, as soon as the growth detector confirms a leak."""
+        if self.leak_confirmed:
+            return
+        import pandas as pd
+
+        from .detect.growth import analyze_growth
+        from .run import Run
+        growth = analyze_growth(Run(self.meta, pd.DataFrame(self._series)))
+        if not growth.leak:
+            return
+        self.leak_confirmed = True
+        when = (f"; at this rate it runs out of memory in about {growth.steps_to_full:,.0f} more steps"
+                if growth.steps_to_full else "")
+        from .units import fmt_bytes
+        log.warning("memleak: memory leak confirmed at step %d: %s grows %s per step%s",
+                    self._step, growth.column, fmt_bytes(growth.slope), when)
+        self.sink.event("leak_confirmed", step=self._step, column=growth.column, slope=growth.slope,
+                        steps_to_full=growth.steps_to_full)
+        if self.record_history and self.path is not None:
+            self._dump_history("leak-snapshot.pickle")
+        if self.on_leak is not None:
+            self.on_leak(growth)
+
+    def _record_oom(self, exc: BaseException) -> None:
+        from .probes.allocator import read_allocator
+        from .probes.host import rss_bytes
+        counters: dict[str, Any] = {"rss_bytes": rss_bytes()}
+        try:
+            counters.update(read_allocator(self.device))
+        except Exception:
+            pass
+        self.sink.event("oom", step=self._step, message=str(exc).splitlines()[0][:500], **counters)
+        if self.record_history and self.path is not None:
+            self._dump_history("oom-snapshot.pickle")
+
+    def _dump_history(self, name: str) -> None:
+        from .probes import history
+        target = self.path.parent / name
+        if history.dump(target):
+            self.sink.event("snapshot", path=target.name, step=self._step)
+
+    # ------------------------------------------------------------ results
+    def run(self):
+        """The run recorded so far, as a `memleak.Run`."""
+        if self.sink is None:
+            raise UsageError("nothing was recorded: the tracker was never started")
+        if isinstance(self.sink, RunWriter):
+            return read_run_file(self.sink.path)
+        return run_from_records(self.sink.records)
+
+    def report(self):
+        """Analyse what was recorded so far; see `memleak.analyze`."""
+        from .analysis import analyze
+        return analyze(self.run())
+
+
+def track(model: torch.nn.Module | None = None, **options: Any) -> Tracker:
+    """Context manager that records a run: ``with memleak.track(model, optimizer=opt) as t: ...``."""
+    return Tracker(model, **options)
+
+
+def watch(model: Any = None, **options: Any):
+    """Decorator: each call of the decorated function is one iteration.
+
+    ``@memleak.watch(model)`` or bare ``@memleak.watch``. The tracker starts on
+    the first call and stays open between calls (its hooks must see them); it is
+    at ``fn.tracker``; ``fn.tracker.close()`` removes everything, as does exit.
+    """
+    if callable(model) and not isinstance(model, torch.nn.Module):
+        return watch()(model)  # used bare: @memleak.watch
+
+    def decorate(fn: Callable) -> Callable:
+        tracker = Tracker(model, **options)
+        tracker._manual = True  # each call is one iteration; optimizer steps do not mark any
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if tracker._state == "new":
+                tracker.start()
+                import atexit
+                atexit.register(tracker.close)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as e:
+                if is_oom(e) and tracker.active:
+                    tracker._record_oom(e)
+                raise
+            if tracker.active:
+                tracker._end_step()
+            return result
+
+        wrapper.tracker = tracker  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate

@@ -1,0 +1,131 @@
+"""The records memleak writes and reads, and the findings it reports.
+
+Plain frozen dataclasses and str Enums only: this module imports nothing from
+torch, pandas or the rest of memleak, so every layer can use it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+#: Version of the run-file format. A reader refuses files of another version.
+SCHEMA_VERSION = 1
+#: The first record of every run file has this type.
+HEADER = "header"
+#: A record with this type ends one iteration (forward-filled: absent keys kept their last value).
+STEP = "step"
+#: Something that happened once: an OOM, a warning, a snapshot dump, a probe that was skipped.
+EVENT = "event"
+
+
+class Kind(str, Enum):
+    """What a suspect is. str-valued so it prints and serialises as its name."""
+
+    RETAINED_GRAPH = "retained_graph"
+    CACHED_TENSOR = "cached_tensor"
+    SURVIVING_TENSORS = "surviving_tensors"
+    FRAGMENTATION = "fragmentation"
+    LINEAR_GROWTH = "linear_growth"
+    HOST_GROWTH = "host_growth"
+    NON_PYTORCH_MEMORY = "non_pytorch_memory"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Verdict(str, Enum):
+    LEAK = "leak"
+    CLEAN = "clean"
+    INCONCLUSIVE = "inconclusive"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one detector concluded about one phenomenon in one Run.
+
+    `leak` says whether this finding alone shows memory that keeps growing
+    (it makes the verdict "leak"); fragmentation or a large CUDA context are
+    findings worth reporting that are not leaks. `data` carries numbers for
+    plots and machine-readable output (JSON-able values only).
+    """
+
+    detector: str
+    kind: Kind
+    location: str
+    bytes_per_step: float
+    total_bytes: float
+    confidence: float
+    evidence: tuple[str, ...]
+    fix: str
+    leak: bool = True
+    data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kind"] = self.kind.value
+        d["evidence"] = list(self.evidence)
+        return d
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """One likely cause, with everything found about it. Most likely first in Report.suspects."""
+
+    kind: Kind
+    location: str
+    bytes_per_step: float
+    total_bytes: float
+    confidence: float
+    evidence: tuple[str, ...]
+    fix: str
+    leak: bool = True
+    detectors: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kind"] = self.kind.value
+        d["evidence"] = list(self.evidence)
+        d["detectors"] = list(self.detectors)
+        return d
+
+
+# Column names of Run.steps. Probes write these keys into step records; detectors read them.
+STEP_COLUMNS = {
+    "step": "iteration index, from 0",
+    "time": "seconds since the run started, at the end of the step",
+    "duration": "seconds the step took",
+    # accelerator caching allocator (torch.cuda / torch.accelerator memory_stats)
+    "allocated_bytes": "bytes in live tensors, as the allocator counts them (rounded block sizes)",
+    "reserved_bytes": "bytes the caching allocator holds from the device",
+    "active_bytes": "bytes in blocks in use, including those freed but awaiting stream sync",
+    "inactive_split_bytes": "free bytes inside split blocks that only same-size requests can reuse",
+    "requested_bytes": "bytes the program asked for, before rounding",
+    "allocated_peak_bytes": "peak of allocated_bytes since the process started (never reset by memleak)",
+    "reserved_peak_bytes": "peak of reserved_bytes since the process started",
+    "requested_peak_bytes": "peak of requested_bytes since the process started",
+    "num_alloc_retries": "cumulative cudaMalloc retries after freeing the cache",
+    "num_ooms": "cumulative out-of-memory errors the allocator raised",
+    "device_total_bytes": "device memory in all",
+    "device_free_bytes": "device memory free, as the driver reports it",
+    # NVML
+    "nvml_process_bytes": "device memory this process uses, per NVML (includes the CUDA context)",
+    "nvml_device_used_bytes": "device memory used by every process, per NVML",
+    # device-agnostic live-tensor census
+    "tensor_bytes": "bytes of live tensor storages on the tracked device (census)",
+    "tensor_count": "number of live tensor storages on the tracked device (census)",
+    # census rows are sampled (see probes.census): NaN on steps without one
+    # host
+    "heap_bytes": "bytes in use on the C heap (glibc mallinfo2); CPU tensor storages live here",
+    "rss_bytes": "resident set size of this process",
+}
+
+
+def finding_from_dict(d: dict[str, Any]) -> Finding:
+    d = dict(d)
+    d["kind"] = Kind(d["kind"])
+    d["evidence"] = tuple(d.get("evidence", ()))
+    return Finding(**d)

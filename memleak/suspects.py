@@ -1,0 +1,51 @@
+"""Merge findings into ranked suspects: one cause appears once, with all its evidence."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from .schema import Finding, Kind, Suspect
+
+# How directly a kind names a culprit. A culprit that explains growth outranks
+# the growth itself, which only says that memory grows.
+SPECIFICITY = {
+    Kind.RETAINED_GRAPH: 1.0,
+    Kind.CACHED_TENSOR: 1.0,
+    Kind.SURVIVING_TENSORS: 0.95,
+    Kind.NON_PYTORCH_MEMORY: 0.8,
+    Kind.HOST_GROWTH: 0.75,
+    Kind.FRAGMENTATION: 0.7,
+    Kind.LINEAR_GROWTH: 0.6,
+}
+
+
+def merge(findings: list[Finding]) -> Suspect:
+    """One suspect from findings about the same location."""
+    best = max(findings, key=lambda f: (SPECIFICITY.get(f.kind, 0.5), f.confidence))
+    miss = 1.0
+    for f in findings:
+        miss *= 1.0 - max(0.0, min(1.0, f.confidence))
+    evidence = list(OrderedDict.fromkeys(e for f in sorted(findings, key=lambda f: f is not best) for e in f.evidence))
+    return Suspect(
+        kind=best.kind,
+        location=best.location,
+        bytes_per_step=max(f.bytes_per_step for f in findings),
+        total_bytes=max(f.total_bytes for f in findings),
+        confidence=round(1.0 - miss, 3),
+        evidence=tuple(evidence),
+        fix=best.fix,
+        leak=any(f.leak for f in findings),
+        detectors=tuple(OrderedDict.fromkeys(f.detector for f in findings)),
+    )
+
+
+def score(s: Suspect) -> tuple:
+    return (s.leak, s.confidence * SPECIFICITY.get(s.kind, 0.5), s.total_bytes)
+
+
+def rank(findings: list[Finding]) -> list[Suspect]:
+    """Suspects, most likely culprit first: leaks before other findings, then by
+    specificity-weighted confidence, then by bytes."""
+    groups: "OrderedDict[str, list[Finding]]" = OrderedDict()
+    for f in findings:
+        groups.setdefault(f.location, []).append(f)
+    return sorted((merge(g) for g in groups.values()), key=score, reverse=True)
