@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 import weakref
+from array import array
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +33,7 @@ LEVELS = ("counters", "modules", "full")
 _FIRST_LIVE_CHECK = 16
 _LIVE_CHECK_GROWTH = 1.5
 # The columns kept in memory for that check (the full records go to the sink).
+_NAN = float("nan")
 _LIVE_COLUMNS = ("step", "time", "duration", "allocated_bytes", "heap_bytes", "tensor_bytes",
                  "rss_bytes", "device_total_bytes")
 
@@ -94,7 +96,7 @@ class Tracker:
         self._manual = False
         self._last_boundary_by_optimizer = False
         self._step = 0
-        self._series: dict[str, list] = {col: [] for col in _LIVE_COLUMNS}
+        self._series = {col: array("d") for col in _LIVE_COLUMNS}  # 8 bytes a value, NaN when absent
         self._next_live_check = _FIRST_LIVE_CHECK
         self.leak_confirmed = False
         self.sink: RecordSink | None = None
@@ -240,7 +242,8 @@ class Tracker:
                 self.sink.event("probe_failed", probe=probe.name, step=self._step, error=repr(e))
         self.sink.step(values)
         for col, vals in self._series.items():
-            vals.append(values.get(col))
+            v = values.get(col)
+            vals.append(_NAN if v is None else v)
         self._step += 1
         if self._step >= self._next_live_check:
             self._next_live_check = int(self._step * _LIVE_CHECK_GROWTH)
@@ -252,11 +255,13 @@ class Tracker:
         """Warn once, as soon as the growth detector confirms a leak."""
         if self.leak_confirmed:
             return
+        import numpy as np
         import pandas as pd
 
         from .detect.growth import analyze_growth
         from .run import Run
-        growth = analyze_growth(Run(self.meta, pd.DataFrame(self._series)))
+        steps = pd.DataFrame({col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self._series.items()})
+        growth = analyze_growth(Run(self.meta, steps.dropna(axis=1, how="all")))
         if not growth.leak:
             return
         self.leak_confirmed = True

@@ -99,6 +99,9 @@ def _unpickle(path: Path) -> Any:
     except EOFError:
         raise RunFileError(path, "the pickle ends too early: the file is truncated "
                                  "(was the process killed while dumping the snapshot?)") from None
+    except MemoryError:  # a corrupt length field asks for an absurd buffer
+        raise RunFileError(path, "not a readable pickle: it asks for more memory than this machine has "
+                                 "(the file is corrupt, or too big to load here)") from None
     except (pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
             OverflowError, UnicodeDecodeError) as e:
         what = "truncated" if "truncated" in str(e) else "corrupt"
@@ -405,7 +408,8 @@ class Snapshot:
                                 f"but stranded in split segments; the largest free block is {fmt_bytes(largest)} "
                                 f"of {fmt_bytes(free_total)} free")
                 confidence = min(0.9, 0.5 + share)
-            for oom in ooms[ooms["device"] == dev].itertuples():
+            dev_ooms = ooms[ooms["device"] == dev]
+            for oom in dev_ooms.itertuples():
                 driver_free = 0 if pd.isna(oom.device_free) else int(oom.device_free)
                 if largest < oom.size <= free_total + driver_free:
                     evidence.append(f"an OOM asked for {fmt_bytes(oom.size)} at {_site(oom.frames)}: the cache held "
@@ -418,7 +422,7 @@ class Snapshot:
                 detector="snapshot", kind=Kind.FRAGMENTATION,
                 location=f"PyTorch caching allocator on cuda:{dev} (fragmented cache)",
                 bytes_per_step=0.0, total_bytes=float(stranded), confidence=confidence,
-                evidence=tuple(evidence), fix=allocator_fix(conf, fragmented=True), leak=False,
+                evidence=tuple(evidence), fix=allocator_fix(conf, fragmented=True, pressure=not dev_ooms.empty), leak=False,
                 data={"device": int(dev), "reserved_bytes": reserved, "free_bytes": free_total,
                       "largest_free_bytes": largest, "inactive_split_bytes": stranded}))
         return out

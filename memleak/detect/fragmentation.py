@@ -149,8 +149,16 @@ def _column(steps: pd.DataFrame, name: str) -> np.ndarray | None:
     return steps[name].astype(float).ffill().bfill().to_numpy()
 
 
-def _device_total(run: Run) -> float | None:
-    return run.capacity_bytes() if run.memory_column() != "rss_bytes" else None
+def device_total(run: Run) -> float | None:
+    """The device's memory (or the user's budget): not Run.capacity_bytes(), which may
+    fall back to host RAM, meaningless for the accelerator's allocator."""
+    budget = run.meta.get("budget_bytes")
+    if budget:
+        return float(budget)
+    col = _column(run.steps, "device_total_bytes")
+    if col is not None:
+        return float(col[-1])
+    return float(run.meta["device_total_bytes"]) if run.meta.get("device_total_bytes") else None
 
 
 def detect(run: Run) -> list[Finding]:
@@ -159,7 +167,7 @@ def detect(run: Run) -> list[Finding]:
     if reserved is None:
         return []
     allocated = _column(steps, "allocated_bytes")
-    total = _device_total(run)
+    total = device_total(run)
     conf = parse_alloc_conf(run.meta.get("pytorch_cuda_alloc_conf") or "")
     start = max(settle_index(reserved), settle_index(allocated) if allocated is not None else 0)
     tail = slice(start + (len(reserved) - start) * 4 // 5, None)  # the last fifth of the window: "now"
@@ -220,35 +228,32 @@ def detect(run: Run) -> list[Finding]:
                                        f"({fmt_bytes(np.median(waste))} allocated but not asked for)", 0.4)
 
     peak_alloc = _peak(steps, "allocated_peak_bytes", allocated if allocated is not None else reserved)
-    capacity = bool(total and peak_alloc >= CAPACITY * total)
     harm = "retries" in signals or "ooms" in signals
     fragmented = any(k in signals for k in ("creep", "split", "split_growth"))
+    too_small = bool(total and peak_alloc >= CAPACITY * total) and harm
     if not (fragmented or harm or "waste" in signals):
-        return []
-    if capacity and harm:
+        return []  # a big but stable reserve is the cache doing its job
+    if too_small:
         signals["capacity"] = _Signal(f"live memory peaked at {fmt_bytes(peak_alloc)}, {peak_alloc / total:.0%} of "
                                       f"the device's {fmt_bytes(total)}", 0.8)
-    if capacity and harm and not fragmented:
-        location = "device memory: the run's peak live memory nearly fills the device"
-    else:
-        location = "PyTorch caching allocator (fragmented cache)"
-
-    gap_now = float(np.median(reserved[tail] - allocated[tail])) if allocated is not None else 0.0
-    if "creep" in signals or "split" in signals or "split_growth" in signals or not capacity:
-        total_bytes = gap_now
-    else:
-        total_bytes = peak_alloc
-    if set(signals) == {"waste"}:
+    only_capacity = too_small and not fragmented
+    cache_now = float(np.median(reserved[tail] - allocated[tail])) if allocated is not None else 0.0
+    if only_capacity:
+        location, total_bytes = "device memory: the run's peak live memory nearly fills the device", peak_alloc
+    elif set(signals) == {"waste"}:
+        location = "PyTorch caching allocator (blocks much bigger than the requests they serve)"
         total_bytes = float(np.median(allocated[tail] - requested[tail]))
-    confidence = 1 - float(np.prod([1 - s.confidence for s in signals.values()]))
+    else:
+        location, total_bytes = "PyTorch caching allocator (fragmented cache)", cache_now
+    confidence = 1 - float(np.prod([1 - s.confidence for s in signals.values()]))  # noisy-or of the signals
     data.update(peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_reserved, device_total_bytes=total or 0)
     return [Finding(
         detector=NAME, kind=Kind.FRAGMENTATION, location=location,
         bytes_per_step=float(creep.slope) if "creep" in signals else 0.0,
         total_bytes=total_bytes, confidence=round(min(confidence, 0.95), 3),
         evidence=tuple(s.evidence for s in signals.values()),
-        fix=allocator_fix(conf, fragmented=fragmented, pressure=pressure and not (capacity and not fragmented),
-                          capacity=capacity and harm, waste="waste" in signals),
+        fix=allocator_fix(conf, fragmented=fragmented, pressure=pressure and not only_capacity,
+                          capacity=too_small, waste="waste" in signals),
         leak=False, data=data)]
 
 

@@ -55,7 +55,7 @@ def _table(suspects) -> list[str]:
 
 
 def _wrap(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=" " * len(indent)) or [indent]
 
 
 def render(report) -> str:
@@ -74,7 +74,8 @@ def render(report) -> str:
     lines.append("")
     lines.append("verdict: " + headline(report))
     g = report.growth
-    for e in (g.evidence if g is not None else ()):
+    growth_is_a_suspect = any("growth" in s.detectors for s in report.suspects)
+    for e in (g.evidence if g is not None and not growth_is_a_suspect else ()):
         lines += _wrap(e, "  - ")
     if report.suspects:
         lines += ["", "suspects, most likely first:"] + _table(report.suspects)

@@ -1,0 +1,468 @@
+"""Linear memory growth: is the memory series leaking, after its warm-up?
+
+Pure over ``run.steps``; docs/detectors-growth.md explains how it decides and why
+the thresholds are what they are. In short:
+
+1. Long series are binned (medians) to at most MAX_POINTS points, which keeps
+   Theil-Sen (quadratic in the points) fast and makes noise average out.
+2. The warm-up is found from the data: a robust line is fitted to the second
+   half, and the warm-up is the prefix whose points are mostly outliers to it
+   (a step-up from optimizer state created in the first steps, a cache filling).
+3. The shape after the warm-up: regular large drops make a sawtooth, judged on
+   its per-cycle minima; a lasting release of memory is a drop; otherwise the
+   series itself is judged.
+4. Growth needs all of: a significant Kendall tau, a total rise many times the
+   residual noise and a sizeable share of the level, and a slope present in
+   both halves (a cache decelerates, a step sits in one half only).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import stats
+
+from ..run import Run
+from ..schema import Finding, Kind
+from ..units import fmt_bytes
+
+NAME = "growth"
+
+#: Fewer usable points than this after the warm-up: "too_short" (inconclusive).
+MIN_POINTS = 8
+#: Longer series are binned to this many points (Theil-Sen is quadratic in the points).
+MAX_POINTS = 1000
+#: Kendall's tau must be significant at this level.
+ALPHA = 0.01
+#: The rise after the warm-up must be this many times the residual noise (robust SD)...
+NOISE_K = 6.0
+#: ...and this share of the series' level (RSS creeps benignly, so it needs more).
+MIN_REL_GROWTH = 0.005
+MIN_REL_GROWTH_HOST = 0.02
+#: Each half's slope must be at least this share of the whole slope ("keeps its slope").
+SUSTAIN = 0.3
+#: Warm-up points deviate from the steady-state line by more than this many noise SDs.
+WARMUP_K = 4.0
+#: Warm-ups no longer than max(PLATEAU_POINTS, 10 % of the series) that end in a flat
+#: series are a step-up ("plateau"); longer ones are a filling cache ("bounded").
+PLATEAU_POINTS = 5
+#: A drop is a fall of more than DROP_K step-to-step noise SDs that gives back at
+#: least RELEASE_FRAC of the rise since the previous drop.
+DROP_K = 5.0
+RELEASE_FRAC = 0.5
+#: Drops spaced this regularly (coefficient of variation of their spacing) make a sawtooth.
+MAX_CYCLE_CV = 0.6
+#: Noise is never taken as smaller than this share of the level (allocator series are often exact).
+NOISE_FLOOR_REL = 1e-4
+MAD_TO_SD = 1.4826
+
+SHAPES = ("linear", "plateau", "sawtooth", "bounded", "drop", "flat", "too_short", "no_data")
+
+LEAK_FIX = (
+    "Something keeps tensors alive from one iteration to the next. Look for: a running loss "
+    "summed as a tensor (total_loss += loss keeps every step's graph; use loss.item()), outputs, "
+    "losses or activations appended to a list without .detach() (or .item() / .cpu()), and tensors "
+    "cached on self or in a global or module-level dict that gains an entry every step. "
+    'Run with level="full" to have memleak name the holder and the line that creates the tensors.'
+)
+HOST_FIX = (
+    "Host memory (RSS) grows every step. Look for host-side lists or dicts that grow each "
+    "iteration (metrics, predictions moved to CPU, logged tensors or strings), Python objects "
+    "kept alive by caches or closures, and DataLoader workers: Python lists or dicts in a Dataset "
+    "are copied page by page as workers touch their refcounts (store numpy arrays instead, or use "
+    "fewer / persistent workers). tracemalloc snapshots two steps apart show the growing site."
+)
+
+
+@dataclass(frozen=True)
+class Growth:
+    column: str | None          # series analysed (run.memory_column() by default)
+    shape: str                  # one of SHAPES
+    leak: bool                  # True only for sustained linear growth after warm-up
+    warmup_steps: int           # rows of run.steps excluded from the start (found from the data)
+    slope: float                # bytes per step after warm-up (Theil-Sen)
+    intercept: float            # of the fitted line, in units of the step column
+    p_value: float              # Kendall tau vs step; nan for a constant series
+    confidence: float           # 0..1 that the series leaks; >= 0.5 exactly when leak
+    n_steps: int                # rows analysed after warm-up
+    capacity_bytes: float | None
+    steps_to_full: float | None
+    seconds_to_full: float | None
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Trend:
+    """Robust trend statistics of one series."""
+
+    slope: float
+    intercept: float
+    tau: float
+    p: float
+    noise: float         # robust SD of the residuals around the line
+    rise: float          # slope times the x-span
+    level: float         # median |value|
+    slope_first: float   # Theil-Sen slope of the first half
+    slope_second: float  # ... and of the second half
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    shape: str
+    leak: bool
+    start: int           # index (into the post-warm-up points) where the analysed part begins
+    trend: _Trend
+    score: float         # evidence of a leak; >= 1 when every criterion holds
+    notes: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- public
+
+def analyze_growth(run: Run, column: str | None = None) -> Growth:
+    """Classify the shape of one memory series of `run` and decide whether it leaks."""
+    column = column or run.memory_column()
+    capacity = _capacity(run, column)
+    series = _series(run, column)
+    if series is None:
+        return _empty(column, "no_data", capacity, 0, 0, f"no usable values of {column or 'any memory column'}")
+    pos, x_raw, y_raw = series
+    if len(y_raw) < MIN_POINTS:
+        return _empty(column, "too_short", capacity, int(pos[0]), len(y_raw),
+                      f"only {len(y_raw)} usable values of {column}; at least {MIN_POINTS} are needed to judge a trend")
+
+    raw_index, x, y = _bin(x_raw, y_raw)
+    floor = max(NOISE_FLOOR_REL * float(np.median(np.abs(y))), 1.0)
+    min_rel = MIN_REL_GROWTH_HOST if column == "rss_bytes" else MIN_REL_GROWTH
+    w = _warmup(x, y, floor)
+    if len(y) - w < MIN_POINTS:
+        first = int(raw_index[w])
+        return _empty(column, "too_short", capacity, int(pos[first]), len(y_raw) - first,
+                      f"only {len(y_raw) - first} usable values of {column} after a warm-up of {first} steps; "
+                      f"at least {MIN_POINTS} are needed to judge a trend")
+
+    v = _classify(x[w:], y[w:], floor, min_rel)
+    v = _label_warmup(v, y, w)
+    first = int(raw_index[w + v.start])
+    return _growth(run, column, capacity, v, warmup_rows=int(pos[first]), n_steps=len(y_raw) - first,
+                   last_value=float(y_raw[-1]), raw_x=x_raw[first:])
+
+
+def detect(run: Run) -> list[Finding]:
+    """A LINEAR_GROWTH finding when the primary memory series leaks, and a HOST_GROWTH
+    finding when RSS leaks and is not simply the primary (CPU tensor) leak itself."""
+    findings = []
+    primary = run.memory_column()
+    g = analyze_growth(run, primary) if primary else None
+    if g is not None and g.leak:
+        findings.append(_finding(run, g, Kind.LINEAR_GROWTH, LEAK_FIX))
+    if primary != "rss_bytes" and "rss_bytes" in run.steps:
+        h = analyze_growth(run, "rss_bytes")
+        if h.leak and not _host_growth_is_tensors(run, g, h):
+            findings.append(_finding(run, h, Kind.HOST_GROWTH, HOST_FIX))
+    return findings
+
+
+# ---------------------------------------------------------------- input
+
+def _series(run: Run, column: str | None):
+    """(row positions, x, y) of the finite values of `column`, or None."""
+    if column is None or column not in run.steps:
+        return None
+    steps = run.steps
+    y = np.asarray(steps[column], dtype=float)
+    x = _step_axis(steps)
+    keep = np.isfinite(y) & np.isfinite(x)
+    if not keep.any():
+        return None
+    return np.flatnonzero(keep), x[keep], y[keep]
+
+
+def _step_axis(steps) -> np.ndarray:
+    """The step column when it is complete, else the row number."""
+    if "step" in steps:
+        s = np.asarray(steps["step"], dtype=float)
+        if np.isfinite(s).all():
+            return s
+    return np.arange(len(steps), dtype=float)
+
+
+def _bin(x: np.ndarray, y: np.ndarray):
+    """At most MAX_POINTS points: medians of equal bins. Returns (index of each bin's
+    first raw point, x, y)."""
+    n = len(y)
+    k = math.ceil(n / MAX_POINTS)
+    if k == 1:
+        return np.arange(n), x, y
+    full = n // k * k
+    xb = np.median(x[:full].reshape(-1, k), axis=1)
+    yb = np.median(y[:full].reshape(-1, k), axis=1)
+    if full < n:  # the last, partial bin
+        xb = np.append(xb, np.median(x[full:]))
+        yb = np.append(yb, np.median(y[full:]))
+    return np.arange(0, n, k), xb, yb
+
+
+def _capacity(run: Run, column: str | None) -> float | None:
+    """Where the series hits the wall: host RAM for RSS, else the run's capacity."""
+    if column == "rss_bytes":
+        v = run.meta.get("host_memory_bytes")
+        return float(v) if v else None
+    return run.capacity_bytes()
+
+
+# ---------------------------------------------------------------- statistics
+
+def _mad_sd(a: np.ndarray) -> float:
+    return MAD_TO_SD * float(np.median(np.abs(a - np.median(a))))
+
+
+def _theil(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    if len(y) < 2 or np.ptp(y) == 0 or np.ptp(x) == 0:
+        return 0.0, float(np.median(y))
+    r = stats.theilslopes(y, x)
+    return float(r.slope), float(r.intercept)
+
+
+def _kendall(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    if len(y) < 3 or np.ptp(y) == 0:
+        return math.nan, math.nan  # no order to test
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = stats.kendalltau(x, y)
+    return float(r.statistic), float(r.pvalue)
+
+
+def _fit(x: np.ndarray, y: np.ndarray, floor: float) -> _Trend:
+    slope, intercept = _theil(x, y)
+    tau, p = _kendall(x, y)
+    noise = max(_mad_sd(y - (intercept + slope * x)), floor)
+    h = len(y) // 2
+    return _Trend(slope, intercept, tau, p, noise, slope * float(x[-1] - x[0]), float(np.median(np.abs(y))),
+                  _theil(x[:h], y[:h])[0], _theil(x[h:], y[h:])[0])
+
+
+def _growth_score(t: _Trend, min_rel: float) -> float:
+    """How far the rise clears the weakest of significance, noise and size (>= 1: growing)."""
+    if t.slope <= 0 or not t.tau > 0:
+        return 0.0
+    significance = math.inf if t.p == 0 else math.log(t.p) / math.log(ALPHA)
+    size = t.rise / (min_rel * t.level) if t.level > 0 else math.inf
+    return min(significance, t.rise / (NOISE_K * t.noise), size)
+
+
+def _sustain_score(t: _Trend) -> float:
+    """>= 1 when both halves keep at least SUSTAIN of the slope."""
+    if t.slope <= 0:
+        return 0.0
+    return min(t.slope_first, t.slope_second) / (SUSTAIN * t.slope)
+
+
+def _falling(t: _Trend, min_rel: float) -> bool:
+    """A fall that would count as growth if it went up."""
+    return _growth_score(replace(t, slope=-t.slope, tau=-t.tau, rise=-t.rise), min_rel) >= 1
+
+
+# ---------------------------------------------------------------- warm-up and shape
+
+def _warmup(x: np.ndarray, y: np.ndarray, floor: float) -> int:
+    """Points to skip: the prefix (within the first half) whose points are mostly outliers
+    to the steady state. A point is an outlier when it is far from both a robust line through
+    the second half and one through the whole series (either alone may be tilted by chance
+    or by the warm-up itself)."""
+    h = len(y) // 2
+    outlier = np.ones(h, dtype=bool)
+    for part in (slice(h, None), slice(None)):
+        slope, intercept = _theil(x[part], y[part])
+        r = y - (intercept + slope * x)
+        noise = max(_mad_sd(r[h:]), floor)
+        outlier &= np.abs(r[:h] - np.median(r[h:])) > WARMUP_K * noise
+    score = np.cumsum(np.where(outlier, 1, -1))  # +1 per outlier, -1 per inlier
+    return int(np.argmax(score)) + 1 if score.size and score.max() > 0 else 0
+
+
+def _classify(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float) -> _Verdict:
+    drops, threshold = _drops(y, floor)
+    if len(drops) >= 3 and _regular(drops):
+        return _judge_cycles(x, y, drops, floor, min_rel)
+    releases = [j for j in drops if _lasting(y, j, threshold)]
+    if not releases:
+        return _judge(x, y, floor, min_rel)
+    j = releases[-1]
+    note = (f"memory fell by {fmt_bytes(y[j - 1] - y[j])} at step {x[j]:.0f} "
+            f"(from {fmt_bytes(y[j - 1])} to {fmt_bytes(y[j])}) and stayed down: it was released")
+    if len(y) - j >= MIN_POINTS:  # growth may have resumed after the release
+        after = _judge(x[j:], y[j:], floor, min_rel)
+        if after.leak:
+            return replace(after, start=after.start + j, notes=(note + "; it grows again after that",) + after.notes)
+    t = _fit(x, y, floor)
+    return _Verdict("drop", False, 0, t, 0.0, (note,))
+
+
+def _judge(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float, retry: bool = True) -> _Verdict:
+    """Linear growth, a decelerating (bounded) rise, a step (plateau), a fall, or flat."""
+    t = _fit(x, y, floor)
+    grow, sustain = _growth_score(t, min_rel), _sustain_score(t)
+    score = min(grow, sustain)
+    if score >= 1:
+        return _Verdict("linear", True, 0, t, score)
+    if grow >= 1:
+        if t.slope_first >= SUSTAIN * t.slope:
+            return _Verdict("bounded", False, 0, t, score, (
+                f"the slope fell from {fmt_bytes(t.slope_first, signed=True)}/step in the first half to "
+                f"{fmt_bytes(t.slope_second, signed=True)}/step in the second: it saturates, like a cache filling up",))
+        h = len(y) // 2
+        if retry and t.slope_second >= SUSTAIN * t.slope and len(y) - h >= MIN_POINTS:
+            late = _judge(x[h:], y[h:], floor, min_rel, retry=False)
+            if late.leak:  # growth that started late: the first half was still warm-up
+                return replace(late, start=h)
+        return _Verdict("plateau", False, 0, t, score, (
+            "the rise is a step, not steady growth: the two halves are each nearly flat",))
+    if _falling(t, min_rel):
+        return _Verdict("drop", False, 0, t, 0.0, (
+            f"memory falls by {fmt_bytes(-t.slope)}/step: it is being released",))
+    return _Verdict("flat", False, 0, t, grow)
+
+
+def _drops(y: np.ndarray, floor: float) -> tuple[list[int], float]:
+    """Indices j where memory falls from y[j-1] to y[j] by more than the step-to-step noise
+    allows, giving back at least RELEASE_FRAC of what it rose since the previous drop."""
+    threshold = max(DROP_K * _mad_sd(np.diff(y)), floor)
+    drops: list[int] = []
+    cycle_start = 0
+    for j in np.flatnonzero(np.diff(y) < -threshold) + 1:
+        rise = y[j - 1] - y[cycle_start:j].min()
+        if y[j - 1] - y[j] >= RELEASE_FRAC * rise:
+            drops.append(int(j))
+            cycle_start = j
+    return drops, threshold
+
+
+def _regular(drops: list[int]) -> bool:
+    gaps = np.diff(drops)
+    return bool(gaps.std() <= MAX_CYCLE_CV * gaps.mean())
+
+
+def _lasting(y: np.ndarray, j: int, threshold: float) -> bool:
+    """The level after the drop stays below the level before it (not a one-step dip or spike)."""
+    return bool(np.median(y[j:j + 3]) < np.median(y[max(j - 3, 0):j]) - threshold)
+
+
+def _judge_cycles(x, y, drops, floor, min_rel) -> _Verdict:
+    """A sawtooth (e.g. gradient accumulation): judge the trend of the per-cycle minima."""
+    bounds = [0, *drops, len(y)]
+    low = [a + int(np.argmin(y[a:b])) for a, b in zip(bounds, bounds[1:])]
+    period = float(np.median(np.diff(x[drops])))
+    note = (f"memory rises and falls in cycles of about {period:.0f} steps ({len(drops)} drops of "
+            f"{fmt_bytes(float(np.median(y[np.array(drops) - 1] - y[drops])))}, e.g. gradient accumulation); "
+            f"judged on the {len(low)} per-cycle minima")
+    if len(low) < MIN_POINTS:
+        return _Verdict("sawtooth", False, 0, _fit(x, y, floor), 0.0,
+                        (note + f", too few to judge a trend (need {MIN_POINTS})",))
+    v = _judge(x[low], y[low], floor, min_rel, retry=False)
+    if v.leak:
+        return replace(v, notes=(note + ": the minima keep rising",))
+    return _Verdict("sawtooth", False, 0, v.trend, v.score, (note + ": the minima do not keep rising",))
+
+
+def _label_warmup(v: _Verdict, y: np.ndarray, w: int) -> _Verdict:
+    """A flat series after a warm-up that rose is a step-up (plateau) or a filled cache (bounded)."""
+    if v.shape != "flat" or w == 0:
+        return v
+    rise = float(np.median(y[w:]) - np.median(y[:w]))
+    if rise <= NOISE_K * v.trend.noise:
+        return v
+    short = w <= max(PLATEAU_POINTS, len(y) // 10)
+    words = ("stepped up" if short else "rose gradually") + f" by {fmt_bytes(rise)} during the warm-up, then stayed flat"
+    return replace(v, shape="plateau" if short else "bounded", notes=v.notes + (
+        words + (" (e.g. optimizer state created at the first step)" if short else " (e.g. a cache filling up)"),))
+
+
+# ---------------------------------------------------------------- output
+
+def _empty(column, shape, capacity, warmup_rows, n, why) -> Growth:
+    return Growth(column, shape, False, warmup_rows, 0.0, 0.0, math.nan, 0.0, n, capacity, None, None, (why,))
+
+
+def _growth(run, column, capacity, v: _Verdict, warmup_rows, n_steps, last_value, raw_x) -> Growth:
+    t = v.trend
+    steps_to_full = seconds_to_full = None
+    if v.leak and capacity is not None and t.slope > 0:
+        steps_to_full = max(capacity - last_value, 0.0) / t.slope
+        per_step = _seconds_per_step(run)
+        seconds_to_full = steps_to_full * per_step if per_step else None
+    confidence = 1.0 - 0.5 ** v.score if v.score > 0 else 0.0
+    evidence = _evidence(column, v, warmup_rows, n_steps, raw_x, capacity, steps_to_full, seconds_to_full)
+    return Growth(column, v.shape, v.leak, warmup_rows, t.slope, t.intercept, t.p, round(confidence, 3), n_steps,
+                  capacity, steps_to_full, seconds_to_full, evidence)
+
+
+def _seconds_per_step(run: Run) -> float | None:
+    """Median step duration, from the duration column or the time column."""
+    steps = run.steps
+    if "duration" in steps:
+        d = np.asarray(steps["duration"], dtype=float)
+        d = d[np.isfinite(d) & (d > 0)]
+        if d.size:
+            return float(np.median(d))
+    if "time" in steps:
+        t = np.asarray(steps["time"], dtype=float)
+        dt, ds = np.diff(t), np.diff(_step_axis(steps))
+        ok = np.isfinite(dt) & (dt > 0) & (ds > 0)
+        if ok.any():
+            return float(np.median(dt[ok] / ds[ok]))
+    return None
+
+
+def _evidence(column, v: _Verdict, warmup_rows, n_steps, raw_x, capacity, steps_to_full, seconds_to_full):
+    t = v.trend
+    x0, x1 = float(raw_x[0]), float(raw_x[-1])
+    lines = [
+        f"{column} went from {fmt_bytes(t.intercept + t.slope * x0)} to {fmt_bytes(t.intercept + t.slope * x1)} "
+        f"(fitted) over {n_steps} steps after a warm-up of {warmup_rows} steps: "
+        f"{fmt_bytes(t.slope, signed=True)}/step (Theil-Sen)",
+    ]
+    if math.isnan(t.p):
+        lines.append("the values are constant: no trend")
+    else:
+        lines.append(f"Kendall tau {t.tau:.2f} against the step, p = {t.p:.2g}; total rise {fmt_bytes(t.rise, signed=True)} "
+                     f"is {t.rise / t.noise:.1f}x the residual noise ({fmt_bytes(t.noise)}) and "
+                     f"{100 * t.rise / t.level if t.level else math.inf:.1f} % of the level ({fmt_bytes(t.level)})")
+        lines.append(f"slope {fmt_bytes(t.slope_first, signed=True)}/step in the first half, "
+                     f"{fmt_bytes(t.slope_second, signed=True)}/step in the second")
+    lines.extend(v.notes)
+    if steps_to_full is not None:
+        when = f" (about {_fmt_seconds(seconds_to_full)})" if seconds_to_full is not None else ""
+        lines.append(f"at this rate the {fmt_bytes(capacity)} available are full in about {steps_to_full:,.0f} more steps{when}")
+    return tuple(lines)
+
+
+def _fmt_seconds(s: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.1f} {unit}"
+    return f"{s:.0f} s"
+
+
+def _finding(run: Run, g: Growth, kind: Kind, fix: str) -> Finding:
+    x = _step_axis(run.steps)
+    total = g.slope * float(x[-1] - x[g.warmup_steps])  # the fitted rise over the analysed steps
+    return Finding(
+        detector=NAME, kind=kind, location=g.column or "", bytes_per_step=g.slope, total_bytes=total,
+        confidence=g.confidence, evidence=g.evidence, fix=fix, leak=True,
+        data=_jsonable({"column": g.column, "shape": g.shape, "slope": g.slope, "intercept": g.intercept,
+                        "warmup_steps": g.warmup_steps, "n_steps": g.n_steps, "p_value": g.p_value,
+                        "capacity_bytes": g.capacity_bytes, "steps_to_full": g.steps_to_full,
+                        "seconds_to_full": g.seconds_to_full}))
+
+
+def _jsonable(d: dict) -> dict:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def _host_growth_is_tensors(run: Run, g: Growth | None, h: Growth) -> bool:
+    """On a CPU run, tensors live in host memory: RSS growth that the leaking
+    tensor series accounts for (half its slope or more) is that same leak."""
+    return (g is not None and g.leak and run.device.startswith("cpu")
+            and g.column != "rss_bytes" and g.slope >= 0.5 * h.slope)

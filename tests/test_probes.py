@@ -1,0 +1,149 @@
+"""Probes on real tensors: host counters and census on CPU; allocator and NVML on CUDA."""
+import sys
+
+import pytest
+import torch
+
+import memleak
+from memleak.probes import Probe, ProbeContext, Unavailable, resolve_device
+from memleak.probes.allocator import AllocatorProbe, read_allocator
+from memleak.probes.census import take_census
+from memleak.probes.host import HostProbe
+from memleak.probes.nvml import NvmlProbe
+
+MIB = 1 << 20
+CPU = ProbeContext(device=torch.device("cpu"), level="counters")
+
+
+def test_host_probe_reads_rss_and_sees_a_cpu_tensor_in_the_heap():
+    probe = HostProbe()
+    probe.start(CPU)
+    before = probe.sample(0, 0.0)
+    assert before["rss_bytes"] > 10 * MIB
+    if "heap_bytes" not in before:
+        pytest.skip("this C library does not report heap usage (glibc mallinfo2)")
+    x = torch.ones(4 * MIB // 4)
+    grown = probe.sample(1, 0.0)["heap_bytes"] - before["heap_bytes"]
+    assert 4 * MIB <= grown < 4.2 * MIB
+    del x
+    assert probe.sample(2, 0.0)["heap_bytes"] - before["heap_bytes"] < 0.2 * MIB
+
+
+def test_census_counts_a_storage_once_whatever_its_views():
+    base = take_census().get("cpu", (0, 0))
+    x = torch.zeros(MIB // 4)
+    views = [x[1:], x.view(2, -1), x[::2]]
+    now = take_census()["cpu"]
+    assert now[0] - base[0] == MIB
+    assert now[1] - base[1] == 1
+    del views, x
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc heap counter")
+def test_census_probe_runs_on_its_time_budget():
+    from memleak.probes.census import CensusProbe
+    probe = CensusProbe()
+    probe.start(ProbeContext(device=torch.device("cpu"), level="full", options={"census_budget": 0.05}))
+    first = probe.sample(0, 0.001)
+    assert first["tensor_bytes"] is not None  # always on the first step
+    cost = first["census_seconds"]
+    # Steps a tenth of the census cost: at 5 % a census is paid for every ~200 steps.
+    values = [probe.sample(i, cost / 10)["tensor_bytes"] for i in range(1, 1001)]
+    taken = sum(v is not None for v in values)
+    assert 2 <= taken <= 10
+    assert values[:100].count(None) == 100
+
+
+def test_cpu_probes_say_why_they_do_not_apply():
+    with pytest.raises(Unavailable, match="CPU"):
+        AllocatorProbe().start(CPU)
+    with pytest.raises(Unavailable, match="NVIDIA"):
+        NvmlProbe().start(CPU)
+    assert read_allocator(torch.device("cpu")) == {}
+
+
+def test_skipped_probes_are_recorded_once_as_events():
+    with memleak.track(level="counters", device="cpu") as tracker:
+        tracker.step()
+        tracker.step()
+    events = [e for e in tracker.run().events if e["event"] == "probe_skipped"]
+    assert sorted(e["probe"] for e in events) == ["allocator", "nvml"]
+
+
+def test_a_failing_probe_is_turned_off_without_breaking_the_loop(monkeypatch):
+    class Broken(Probe):
+        name = "broken"
+
+        def sample(self, step, seconds):
+            raise RuntimeError("probe bug")
+
+    import memleak.recorder as recorder
+    real = recorder.probes_for_level
+    monkeypatch.setattr(recorder, "probes_for_level", lambda level: [*real(level), Broken()])
+    with memleak.track(level="counters") as tracker:
+        for _ in range(3):
+            tracker.step()
+    run = tracker.run()
+    assert len(run.steps) == 3
+    assert [e["probe"] for e in run.events if e["event"] == "probe_failed"] == ["broken"]
+
+
+def test_device_follows_the_model_unless_given():
+    model = torch.nn.Linear(2, 2)
+    assert resolve_device(None, model) == torch.device("cpu")
+    assert resolve_device("cpu", model) == torch.device("cpu")
+
+
+@pytest.mark.cuda
+def test_allocator_probe_sees_a_cuda_tensor():
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.init()
+    probe = AllocatorProbe()
+    facts = probe.start(ProbeContext(device=device, level="counters"))
+    assert facts["device_total_bytes"] == torch.cuda.get_device_properties(device).total_memory
+    before = probe.sample(0, 0.0)
+    x = torch.empty(64 * MIB, dtype=torch.uint8, device=device)
+    after = probe.sample(1, 0.0)
+    assert after["allocated_bytes"] - before["allocated_bytes"] == 64 * MIB
+    assert after["reserved_bytes"] >= after["allocated_bytes"]
+    assert after["requested_bytes"] - before["requested_bytes"] == 64 * MIB
+    assert 0 < after["device_free_bytes"] < after["device_total_bytes"]
+    for key in ("active_bytes", "inactive_split_bytes", "allocated_peak_bytes", "num_alloc_retries", "num_ooms"):
+        assert key in after
+    del x
+
+
+@pytest.mark.cuda
+def test_nvml_probe_sees_this_process():
+    pytest.importorskip("pynvml")
+    device = torch.device("cuda", torch.cuda.current_device())
+    x = torch.empty(256 * MIB, dtype=torch.uint8, device=device)
+    probe = NvmlProbe()
+    facts = probe.start(ProbeContext(device=device, level="counters"))
+    assert facts["driver_version"]
+    values = probe.sample(0, 0.0)
+    probe.stop()
+    assert values["nvml_device_used_bytes"] >= torch.cuda.memory_reserved(device)
+    if "nvml_process_bytes" in values:  # containers may hide host pids from the driver
+        assert values["nvml_process_bytes"] >= torch.cuda.memory_reserved(device)
+    del x
+
+
+@pytest.mark.cuda
+def test_a_cuda_leak_is_found_from_allocator_counters(tmp_path):
+    device = torch.device("cuda")
+    model = torch.nn.Linear(1024, 1024).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    keep = []
+    with memleak.track(model, optimizer=opt, out=tmp_path, level="counters") as tracker:
+        for _ in range(30):
+            loss = model(torch.randn(64, 1024, device=device)).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            keep.append(torch.empty(MIB, dtype=torch.uint8, device=device))
+    report = tracker.report()
+    assert report.verdict == "leak"
+    assert report.growth.column == "allocated_bytes"
+    assert abs(report.growth.slope - MIB) < 0.05 * MIB
+    assert report.growth.steps_to_full is not None

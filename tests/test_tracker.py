@@ -1,0 +1,181 @@
+"""The Tracker behind memleak.track and memleak.watch: boundaries, lifecycle, safety."""
+import gc
+import weakref
+
+import pytest
+import torch
+
+import memleak
+from memleak.errors import UsageError
+from memleak.storage import run_from_records
+from tests.helpers import make_model, train
+
+KIB = 1024
+
+
+def all_module_hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+               + len(getattr(m, "_backward_pre_hooks", {})) for m in model.modules())
+
+
+def test_each_optimizer_step_ends_an_iteration(tmp_path):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memleak.track(model, optimizer=opt, out=tmp_path, level="counters"):
+        train(model, opt, 7)
+    run = memleak.load(tmp_path)
+    assert list(run.steps["step"]) == list(range(7))
+    assert (run.steps["duration"] > 0).all()
+
+
+def test_manual_steps_take_over_from_the_optimizer(tmp_path):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memleak.track(model, optimizer=opt, out=tmp_path, level="counters") as tracker:
+        train(model, opt, 6, tracker=tracker)  # optimizer.step() then tracker.step() each iteration
+    assert len(memleak.load(tmp_path).steps) == 6
+
+
+def test_manual_steps_without_optimizer():
+    with memleak.track(level="counters") as tracker:
+        for _ in range(4):
+            tracker.step()
+    assert len(tracker.run().steps) == 4
+
+
+def test_watch_counts_calls_and_works_bare(tmp_path):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    @memleak.watch(model, optimizer=opt, out=tmp_path, level="counters")
+    def train_step(x):
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()  # must not count as a second boundary
+        return loss.item()
+
+    for _ in range(5):
+        train_step(torch.randn(4, 64))
+    assert len(train_step.tracker.run().steps) == 5
+    train_step.tracker.close()
+
+    @memleak.watch
+    def noop():
+        return 3
+
+    assert noop() == 3 and noop() == 3
+    assert len(noop.tracker.run().steps) == 2
+    noop.tracker.close()
+
+
+def test_exception_propagates_unchanged_and_everything_is_undone(tmp_path):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    boom = ValueError("boom")
+    with pytest.raises(ValueError) as info:
+        with memleak.track(model, optimizer=opt, out=tmp_path, level="full") as tracker:
+            train(model, opt, 3)
+            raise boom
+    assert info.value is boom
+    assert all_module_hooks(model) == 0
+    assert len(opt._optimizer_step_post_hooks) == 0
+    assert tracker.sink._fh is None  # file closed
+    assert len(memleak.load(tmp_path).steps) == 3
+
+
+def test_out_of_memory_records_an_event_with_final_counters(tmp_path):
+    with pytest.raises(torch.OutOfMemoryError):
+        with memleak.track(out=tmp_path, level="counters") as tracker:
+            tracker.step()
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    run = memleak.load(tmp_path)
+    oom = [e for e in run.events if e["event"] == "oom"]
+    assert len(oom) == 1
+    assert oom[0]["step"] == 1 and "Tried to allocate" in oom[0]["message"]
+    assert oom[0]["rss_bytes"] > 0
+
+
+@pytest.mark.parametrize("level", ["counters", "modules", "full"])
+def test_tracker_keeps_no_reference_to_user_tensors(level):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memleak.track(model, optimizer=opt, level=level) as tracker:
+        x = torch.randn(8, 64)
+        ref = weakref.ref(x)
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        del x, loss
+        gc.collect()
+        assert ref() is None, "the tracker kept a user tensor alive"
+        train(model, opt, 2)
+    del tracker
+    gc.collect()
+
+
+@pytest.mark.parametrize("level", ["counters", "modules", "full"])
+def test_losses_are_bit_identical_with_and_without_tracking(level):
+    model = make_model(seed=3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    plain = train(model, opt, 12)
+    model = make_model(seed=3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with memleak.track(model, optimizer=opt, level=level):
+        tracked = train(model, opt, 12)
+    assert plain == tracked
+
+
+@pytest.mark.parametrize("level", ["counters", "full"])
+def test_planted_leak_is_found_within_30_steps_and_its_absence_is_clean(level):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    keep: list = []
+    with memleak.track(model, optimizer=opt, level=level) as tracker:
+        train(model, opt, 30, keep=keep, leak_bytes=256 * KIB)
+    assert tracker.report().verdict == "leak"
+
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memleak.track(model, optimizer=opt, level=level) as tracker:
+        train(model, opt, 30)
+    assert tracker.report().verdict == "clean"
+
+
+def test_live_report_and_report_from_the_file_agree(tmp_path):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    keep: list = []
+    with memleak.track(model, optimizer=opt, out=tmp_path, level="counters") as tracker:
+        train(model, opt, 30, keep=keep, leak_bytes=256 * KIB)
+    live = memleak.analyze(run_from_records(tracker.sink.records))
+    from_file = memleak.analyze(memleak.load(tmp_path))
+    assert live.verdict == from_file.verdict == "leak"
+    assert [(s.kind, s.location) for s in live.suspects] == [(s.kind, s.location) for s in from_file.suspects]
+
+
+def test_header_describes_the_run(tmp_path):
+    model = make_model()
+    with memleak.track(model, out=tmp_path / "x.jsonl", level="counters") as tracker:
+        tracker.step()
+    meta = memleak.load(tmp_path / "x.jsonl").meta
+    for key in ("schema", "memleak_version", "torch_version", "python_version", "device", "host", "pid",
+                "rank", "world_size", "start_time", "argv", "pytorch_cuda_alloc_conf", "level"):
+        assert key in meta, key
+    assert meta["device"] == "cpu" and meta["parameter_bytes"] == sum(p.numel() * 4 for p in model.parameters())
+
+
+def test_wrong_arguments_say_what_is_accepted():
+    with pytest.raises(UsageError, match="level must be one of"):
+        memleak.track(level="everything")
+    with pytest.raises(UsageError, match="torch.nn.Module"):
+        memleak.track(model=[1, 2])
+    with pytest.raises(UsageError, match="Optimizer"):
+        memleak.track(optimizer="adam")
+    tracker = memleak.track(level="counters")
+    with pytest.raises(UsageError, match="outside the tracked block"):
+        tracker.step()
+    with tracker:
+        pass
+    with pytest.raises(UsageError, match="already started"):
+        tracker.start()
