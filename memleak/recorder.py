@@ -79,6 +79,8 @@ class Tracker:
                 raise UsageError(f"optimizer must be a torch.optim.Optimizer, not {type(opt).__name__}")
         if not 0 < census_budget <= 1:
             raise UsageError(f"census_budget is a share of step time in (0, 1], not {census_budget!r}")
+        if record_history and out is None:
+            raise UsageError("record_history needs out=: the snapshot is written next to the run file")
         from .units import parse_bytes
         self.level = level
         self.out = None if out is None else Path(out)
@@ -170,7 +172,7 @@ class Tracker:
             "device": str(self.device), "level": self.level,
             "host": socket.gethostname(), "pid": os.getpid(), "rank": rank, "world_size": world,
             "start_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "argv": list(sys.argv), "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+            "argv": list(sys.argv), "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"),
             "budget_bytes": self.budget_bytes,
             "model": type(model).__name__ if model is not None else None,
             "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()) if model is not None else None,
@@ -292,7 +294,13 @@ class Tracker:
     def _dump_history(self, name: str) -> None:
         from .probes import history
         target = self.path.parent / name
-        if history.dump(target):
+        try:
+            written = history.dump(target)
+        except Exception as e:  # a failed dump must never hide the OOM or leak being reported
+            log.warning("memleak: could not write the memory snapshot %s: %s", target, e)
+            self.sink.event("snapshot_failed", path=target.name, error=repr(e))
+            return
+        if written:
             self.sink.event("snapshot", path=target.name, step=self._step)
 
     # ------------------------------------------------------------ results

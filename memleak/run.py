@@ -57,14 +57,15 @@ class Run:
         return None
 
     def capacity_bytes(self) -> float | None:
-        """How much memory the run may use before it fails: a budget the user gave,
-        else the device total, else host RAM."""
-        for key in ("budget_bytes", "device_total_bytes", "host_memory_bytes"):
-            v = self.meta.get(key)
-            if v:
-                return float(v)
+        """How much memory the run may use before it fails: a budget the user gave, else
+        the device total (header, then steps), else host RAM for a CPU run."""
+        for key in ("budget_bytes", "device_total_bytes"):
+            if self.meta.get(key):
+                return float(self.meta[key])
         if "device_total_bytes" in self.steps and self.steps["device_total_bytes"].notna().any():
             return float(self.steps["device_total_bytes"].dropna().iloc[-1])
+        if self.device.startswith("cpu") and self.meta.get("host_memory_bytes"):
+            return float(self.meta["host_memory_bytes"])
         return None
 
     @property

@@ -18,6 +18,7 @@ hostile file cannot run code.
 """
 from __future__ import annotations
 
+import operator
 import os
 import pickle
 from pathlib import Path
@@ -119,7 +120,8 @@ def load_snapshot(path: str | os.PathLike) -> Snapshot:
     except _NotASnapshot as e:
         raise RunFileError(p, f"this pickle is not a PyTorch memory snapshot: {e}") from None
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
-        raise RunFileError(p, f"this pickle is not a PyTorch memory snapshot: a field has the wrong type ({e!r})") from None
+        raise RunFileError(p, "this pickle is not a PyTorch memory snapshot: a field is missing or has the "
+                              f"wrong type ({e!r})") from None
 
 
 # ---------------------------------------------------------------- layout checks
@@ -159,11 +161,13 @@ def _layout(data: Any) -> tuple[list, list, dict]:
 
 # ---------------------------------------------------------------- stacks
 
-def _frame_str(f: dict, full: bool) -> str:
-    name = f.get("filename", "?")
-    if not full:
-        name = name.rsplit("/", 1)[-1]
-    return f"{name}:{f.get('line', 0)}:{f.get('name', '?')}"
+#: A frame as a hashable (filename, line, name): the key stacks are cached by.
+_FRAME_KEY = operator.itemgetter("filename", "line", "name")
+
+
+def _frame_str(frame: tuple, full: bool) -> str:
+    filename, line, name = frame
+    return f"{filename if full else filename.rsplit('/', 1)[-1]}:{line}:{name}"
 
 
 def _is_user_frame(filename: str) -> bool:
@@ -178,15 +182,16 @@ def _is_user_frame(filename: str) -> bool:
 
 class _Stacks:
     """Formats each distinct allocation stack once. torch symbolises every distinct
-    traceback once and shares the frame dicts and lists between entries (the pickle
-    keeps that sharing), so caching by object identity turns 100k trace entries into
-    a few hundred formats. Objects stay alive in the snapshot data while this runs."""
+    traceback once and shares its frame list between entries (the pickle keeps that
+    sharing), so most lookups hit the cache by list identity; lists that are equal but
+    not shared hit the cache by content. Lists stay alive in the snapshot data while
+    this runs, so their ids are stable."""
 
     def __init__(self) -> None:
         self.tops: dict[str, int] = {}
         self.fulls: dict[str, int] = {}
         self._by_list: dict[int, tuple[int, int]] = {}
-        self._by_frames: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._by_content: dict[tuple, tuple[int, int]] = {}
 
     def codes(self, frames: Any) -> tuple[int, int]:
         """(top-frame code, full-stack code); (-1, -1) when no stack was recorded."""
@@ -194,18 +199,17 @@ class _Stacks:
             return -1, -1
         c = self._by_list.get(id(frames))
         if c is None:
-            key = tuple(map(id, frames))
-            c = self._by_frames.get(key)
+            key = tuple(map(_FRAME_KEY, frames))
+            c = self._by_content.get(key)
             if c is None:
-                c = self._by_frames[key] = self._format(frames)
+                c = self._by_content[key] = self._format(key)
             self._by_list[id(frames)] = c
         return c
 
-    def _format(self, frames: list[dict]) -> tuple[int, int]:
-        files = [f.get("filename", "") for f in frames]
-        top = next((f for f, fn in zip(frames, files) if _is_user_frame(fn)), None)
+    def _format(self, frames: tuple[tuple, ...]) -> tuple[int, int]:
+        top = next((f for f in frames if _is_user_frame(f[0])), None)
         if top is None:  # no user frame: the innermost Python frame, else the innermost frame
-            top = next((f for f, fn in zip(frames, files) if fn.endswith(".py")), frames[0])
+            top = next((f for f in frames if f[0].endswith(".py")), frames[0])
         full = "\n".join(_frame_str(f, full=True) for f in frames)
         return (self.tops.setdefault(_frame_str(top, full=False), len(self.tops)),
                 self.fulls.setdefault(full, len(self.fulls)))
@@ -237,14 +241,11 @@ def _block_frames_and_request(b: dict) -> tuple[Any, int]:
     return None, b.get("requested_size", b["size"])
 
 
-_LABELS = ("segment_type", "state")
+_BLOCK_FIELDS = ("device", "segment_address", "segment_type", "address", "size", "requested_size", "state")
 
 
 def _segment_tables(segments: list[dict], stacks: _Stacks) -> tuple[pd.DataFrame, pd.DataFrame]:
-    seg_rows = []
-    cols: dict[str, list] = {k: [] for k in ("device", "segment_address", "segment_type", "address", "size",
-                                             "requested_size", "state")}
-    codes: list[tuple[int, int]] = []
+    seg_rows, block_rows, codes = [], [], []
     has_pool_id = any("segment_pool_id" in s for s in segments)
     for seg in segments:
         device, base, total = seg.get("device", 0), seg.get("address", 0) or 0, seg["total_size"]
@@ -261,9 +262,7 @@ def _segment_tables(segments: list[dict], stacks: _Stacks) -> tuple[pd.DataFrame
             if state != INACTIVE:
                 active += size
                 requested += req
-            for k, v in (("device", device), ("segment_address", base), ("segment_type", kind), ("address", addr),
-                         ("size", size), ("requested_size", req), ("state", state)):
-                cols[k].append(v)
+            block_rows.append((device, base, kind, addr, size, req, state))
             codes.append(stacks.codes(frames))
         row = {"device": device, "address": base, "total_size": total,
                "allocated_size": seg.get("allocated_size", allocated), "active_size": seg.get("active_size", active),
@@ -274,11 +273,11 @@ def _segment_tables(segments: list[dict], stacks: _Stacks) -> tuple[pd.DataFrame
             row["segment_pool_id"] = tuple(seg["segment_pool_id"]) if "segment_pool_id" in seg else None
         seg_rows.append(row)
     seg_df = pd.DataFrame(seg_rows, columns=SEGMENT_COLUMNS + (["segment_pool_id"] if has_pool_id else []))
-    frames, stack = stacks.columns(codes)
-    blocks = pd.DataFrame({**{k: np.array(v, dtype=np.int64) for k, v in cols.items() if k not in _LABELS},
-                           **{k: pd.Categorical(cols[k]) for k in _LABELS},
-                           "frames": frames, "stack": stack}, columns=BLOCK_COLUMNS)
-    return seg_df, blocks
+    columns = dict(zip(_BLOCK_FIELDS, zip(*block_rows))) if block_rows else dict.fromkeys(_BLOCK_FIELDS, ())
+    blocks = pd.DataFrame({k: pd.Categorical(v) if k in ("segment_type", "state") else np.array(v, dtype=np.int64)
+                           for k, v in columns.items()})
+    blocks["frames"], blocks["stack"] = stacks.columns(codes)
+    return seg_df, blocks[BLOCK_COLUMNS]
 
 
 def _trace_table(traces: list[list[dict]], stacks: _Stacks) -> pd.DataFrame:
@@ -422,7 +421,8 @@ class Snapshot:
                 detector="snapshot", kind=Kind.FRAGMENTATION,
                 location=f"PyTorch caching allocator on cuda:{dev} (fragmented cache)",
                 bytes_per_step=0.0, total_bytes=float(stranded), confidence=confidence,
-                evidence=tuple(evidence), fix=allocator_fix(conf, fragmented=True, pressure=not dev_ooms.empty), leak=False,
+                evidence=tuple(evidence), fix=allocator_fix(conf, fragmented=True, pressure=not dev_ooms.empty),
+                leak=False,
                 data={"device": int(dev), "reserved_bytes": reserved, "free_bytes": free_total,
                       "largest_free_bytes": largest, "inactive_split_bytes": stranded}))
         return out

@@ -8,7 +8,7 @@ import torch
 import memleak
 from memleak.errors import UsageError
 from memleak.storage import run_from_records
-from tests.helpers import make_model, train
+from helpers import make_model, train
 
 KIB = 1024
 
@@ -179,3 +179,33 @@ def test_wrong_arguments_say_what_is_accepted():
         pass
     with pytest.raises(UsageError, match="already started"):
         tracker.start()
+
+
+def test_record_history_needs_a_folder_and_is_skipped_without_cuda(tmp_path):
+    with pytest.raises(UsageError, match="record_history needs out="):
+        memleak.track(record_history=True)
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU fallback")
+    with memleak.track(out=tmp_path, level="counters", record_history=True) as tracker:
+        tracker.step()
+    skipped = [e for e in memleak.load(tmp_path).events if e["event"] == "probe_skipped"]
+    assert any(e["probe"] == "history" and "CUDA" in e["reason"] for e in skipped)
+
+
+@pytest.mark.cuda
+def test_a_real_oom_dumps_a_snapshot_next_to_the_run(tmp_path):
+    total = torch.cuda.get_device_properties(0).total_memory
+    with pytest.raises(torch.OutOfMemoryError):
+        with memleak.track(out=tmp_path, level="counters", device="cuda", record_history=10_000) as tracker:
+            keep = [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(8)]
+            tracker.step()
+            torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+    del keep
+    run = memleak.load(tmp_path)
+    oom = [e for e in run.events if e["event"] == "oom"]
+    assert oom and oom[0]["allocated_bytes"] >= 8 << 20
+    snap = [e for e in run.events if e["event"] == "snapshot"]
+    assert snap, run.events
+    snapshot = memleak.load(tmp_path / snap[0]["path"])
+    assert len(snapshot.segments) > 0 and (snapshot.trace["action"] == "oom").any()
+    assert "snapshot written" in str(memleak.analyze(run))

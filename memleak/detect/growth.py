@@ -37,12 +37,15 @@ MAX_POINTS = 1000
 #: Kendall's tau must be significant at this level.
 ALPHA = 0.01
 #: The rise after the warm-up must be this many times the residual noise (robust SD)...
-NOISE_K = 6.0
+NOISE_K = 5.0
 #: ...and this share of the series' level (RSS creeps benignly, so it needs more).
 MIN_REL_GROWTH = 0.005
 MIN_REL_GROWTH_HOST = 0.02
-#: Each half's slope must be at least this share of the whole slope ("keeps its slope").
+#: Each half's slope must be at least this share of the whole slope ("keeps its slope"),
+#: and the second half's slope may not fall below KEEP of the first's beyond both
+#: slopes' 95 % intervals (a cache decelerates; a leak keeps its slope).
 SUSTAIN = 0.3
+KEEP = 0.5
 #: Warm-up points deviate from the steady-state line by more than this many noise SDs.
 WARMUP_K = 4.0
 #: Warm-ups no longer than max(PLATEAU_POINTS, 10 % of the series) that end in a flat
@@ -56,7 +59,6 @@ RELEASE_FRAC = 0.5
 MAX_CYCLE_CV = 0.6
 #: Noise is never taken as smaller than this share of the level (allocator series are often exact).
 NOISE_FLOOR_REL = 1e-4
-MAD_TO_SD = 1.4826
 
 SHAPES = ("linear", "plateau", "sawtooth", "bounded", "drop", "flat", "too_short", "no_data")
 
@@ -106,6 +108,7 @@ class _Trend:
     level: float         # median |value|
     slope_first: float   # Theil-Sen slope of the first half
     slope_second: float  # ... and of the second half
+    decelerating: bool   # the second half's slope is well below the first's, beyond their 95 % intervals
 
 
 @dataclass(frozen=True)
@@ -214,15 +217,23 @@ def _capacity(run: Run, column: str | None) -> float | None:
 
 # ---------------------------------------------------------------- statistics
 
-def _mad_sd(a: np.ndarray) -> float:
-    return MAD_TO_SD * float(np.median(np.abs(a - np.median(a))))
+def _noise_sd(a: np.ndarray, central: float = 0.9) -> float:
+    """Robust SD from the `central` share of the values closest to their median: their mean
+    absolute deviation, scaled to a normal SD. Unlike the MAD it stays above 0 for discrete
+    allocator values, where over half of the deviations can be exactly 0."""
+    dev = np.sort(np.abs(a - np.median(a)))
+    k = max(1, int(central * dev.size))
+    z = stats.norm.ppf((1 + central) / 2)
+    mean_abs_central = 2 * (stats.norm.pdf(0) - stats.norm.pdf(z)) / central  # E|Z| over the central share
+    return float(dev[:k].mean()) / mean_abs_central
 
 
-def _theil(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+def _theil(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
+    """Theil-Sen slope, intercept and the slope's 95 % interval."""
     if len(y) < 2 or np.ptp(y) == 0 or np.ptp(x) == 0:
-        return 0.0, float(np.median(y))
+        return 0.0, float(np.median(y)), 0.0, 0.0
     r = stats.theilslopes(y, x)
-    return float(r.slope), float(r.intercept)
+    return float(r.slope), float(r.intercept), float(r.low_slope), float(r.high_slope)
 
 
 def _kendall(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -235,12 +246,15 @@ def _kendall(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def _fit(x: np.ndarray, y: np.ndarray, floor: float) -> _Trend:
-    slope, intercept = _theil(x, y)
+    slope, intercept, _, _ = _theil(x, y)
     tau, p = _kendall(x, y)
-    noise = max(_mad_sd(y - (intercept + slope * x)), floor)
+    noise = max(_noise_sd(y - (intercept + slope * x)), floor)
     h = len(y) // 2
+    first, _, low_first, _ = _theil(x[:h], y[:h])
+    second, _, _, high_second = _theil(x[h:], y[h:])
+    decelerating = second < KEEP * first and high_second < low_first
     return _Trend(slope, intercept, tau, p, noise, slope * float(x[-1] - x[0]), float(np.median(np.abs(y))),
-                  _theil(x[:h], y[:h])[0], _theil(x[h:], y[h:])[0])
+                  first, second, decelerating)
 
 
 def _growth_score(t: _Trend, min_rel: float) -> float:
@@ -253,8 +267,8 @@ def _growth_score(t: _Trend, min_rel: float) -> float:
 
 
 def _sustain_score(t: _Trend) -> float:
-    """>= 1 when both halves keep at least SUSTAIN of the slope."""
-    if t.slope <= 0:
+    """>= 1 when both halves keep at least SUSTAIN of the slope and it does not decelerate."""
+    if t.slope <= 0 or t.decelerating:
         return 0.0
     return min(t.slope_first, t.slope_second) / (SUSTAIN * t.slope)
 
@@ -274,9 +288,9 @@ def _warmup(x: np.ndarray, y: np.ndarray, floor: float) -> int:
     h = len(y) // 2
     outlier = np.ones(h, dtype=bool)
     for part in (slice(h, None), slice(None)):
-        slope, intercept = _theil(x[part], y[part])
+        slope, intercept, _, _ = _theil(x[part], y[part])
         r = y - (intercept + slope * x)
-        noise = max(_mad_sd(r[h:]), floor)
+        noise = max(_noise_sd(r[h:]), floor)
         outlier &= np.abs(r[:h] - np.median(r[h:])) > WARMUP_K * noise
     score = np.cumsum(np.where(outlier, 1, -1))  # +1 per outlier, -1 per inlier
     return int(np.argmax(score)) + 1 if score.size and score.max() > 0 else 0
@@ -308,7 +322,7 @@ def _judge(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float, retry: bo
     if score >= 1:
         return _Verdict("linear", True, 0, t, score)
     if grow >= 1:
-        if t.slope_first >= SUSTAIN * t.slope:
+        if t.decelerating or t.slope_first >= SUSTAIN * t.slope > t.slope_second:
             return _Verdict("bounded", False, 0, t, score, (
                 f"the slope fell from {fmt_bytes(t.slope_first, signed=True)}/step in the first half to "
                 f"{fmt_bytes(t.slope_second, signed=True)}/step in the second: it saturates, like a cache filling up",))
@@ -328,7 +342,8 @@ def _judge(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float, retry: bo
 def _drops(y: np.ndarray, floor: float) -> tuple[list[int], float]:
     """Indices j where memory falls from y[j-1] to y[j] by more than the step-to-step noise
     allows, giving back at least RELEASE_FRAC of what it rose since the previous drop."""
-    threshold = max(DROP_K * _mad_sd(np.diff(y)), floor)
+    # up to half the steps of a sawtooth are its own rises and falls: the noise is in the others
+    threshold = max(DROP_K * _noise_sd(np.diff(y), central=0.4), floor)
     drops: list[int] = []
     cycle_start = 0
     for j in np.flatnonzero(np.diff(y) < -threshold) + 1:
@@ -350,20 +365,24 @@ def _lasting(y: np.ndarray, j: int, threshold: float) -> bool:
 
 
 def _judge_cycles(x, y, drops, floor, min_rel) -> _Verdict:
-    """A sawtooth (e.g. gradient accumulation): judge the trend of the per-cycle minima."""
+    """A sawtooth (e.g. gradient accumulation): a leak raises the per-cycle minima. Growth
+    of the series itself far beyond the sawtooth's own swing counts too."""
     bounds = [0, *drops, len(y)]
     low = [a + int(np.argmin(y[a:b])) for a, b in zip(bounds, bounds[1:])]
     period = float(np.median(np.diff(x[drops])))
+    swing = float(np.median(y[np.array(drops) - 1] - y[drops]))
     note = (f"memory rises and falls in cycles of about {period:.0f} steps ({len(drops)} drops of "
-            f"{fmt_bytes(float(np.median(y[np.array(drops) - 1] - y[drops])))}, e.g. gradient accumulation); "
-            f"judged on the {len(low)} per-cycle minima")
-    if len(low) < MIN_POINTS:
-        return _Verdict("sawtooth", False, 0, _fit(x, y, floor), 0.0,
-                        (note + f", too few to judge a trend (need {MIN_POINTS})",))
-    v = _judge(x[low], y[low], floor, min_rel, retry=False)
-    if v.leak:
-        return replace(v, notes=(note + ": the minima keep rising",))
-    return _Verdict("sawtooth", False, 0, v.trend, v.score, (note + ": the minima do not keep rising",))
+            f"{fmt_bytes(swing)}, e.g. gradient accumulation)")
+    minima = _judge(x[low], y[low], floor, min_rel, retry=False) if len(low) >= MIN_POINTS else None
+    if minima is not None and minima.leak:
+        return replace(minima, notes=(note + f"; the {len(low)} per-cycle minima keep rising",))
+    whole = _judge(x, y, floor, min_rel)
+    if whole.leak:
+        return replace(whole, notes=whole.notes + (note + "; the growth is far larger than the swing",))
+    judged = (f"; the {len(low)} per-cycle minima do not keep rising" if minima is not None
+              else f"; too few cycles ({len(low)}) to judge their minima (need {MIN_POINTS})")
+    t = minima.trend if minima is not None else whole.trend
+    return _Verdict("sawtooth", False, 0, t, min(v.score for v in (minima, whole) if v is not None), (note + judged,))
 
 
 def _label_warmup(v: _Verdict, y: np.ndarray, w: int) -> _Verdict:

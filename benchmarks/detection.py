@@ -1,0 +1,85 @@
+"""Detection quality over the scenario corpus (tests/scenarios/).
+
+    python benchmarks/detection.py [--level full] [--steps N] [-v] [names...]
+
+Prints, per scenario, the verdict and the top suspects, then recall (leaks found),
+false alarms (benign cases called leaks), and top-1 / top-3 location accuracy.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import memleak  # noqa: E402
+from tests import scenarios  # noqa: E402
+
+
+def run_scenario(name: str, level: str = "full", steps: int | None = None):
+    """Run one scenario; return (module, report, seconds)."""
+    mod = scenarios.load(name)
+    made = []
+
+    def factory(model, **kw):
+        t = memleak.track(model, level=level, **kw)
+        made.append(t)
+        return t
+
+    t0 = time.perf_counter()
+    if steps is None:
+        mod.run(factory)
+    else:
+        mod.run(factory, steps=steps)
+    seconds = time.perf_counter() - t0
+    return mod, made[-1].report(), seconds
+
+
+def rank_of(report, location: str | None) -> int | None:
+    """1-based rank of the first suspect whose location contains `location`."""
+    if not location:
+        return None
+    for i, s in enumerate(report.suspects, 1):
+        if location in s.location:
+            return i
+    return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--level", default="full")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    names = args.names or scenarios.names()
+    leaks = found = top1 = top3 = benign = alarms = 0
+    for name in names:
+        mod, report, secs = run_scenario(name, args.level, args.steps)
+        exp = mod.EXPECTED
+        r = rank_of(report, exp["location"])
+        tops = "; ".join(f"{s.kind.value}@{s.location}({s.confidence:.2f}{',leak' if s.leak else ''})"
+                         for s in report.suspects[:3])
+        if exp["verdict"] == "leak":
+            leaks += 1
+            found += report.verdict.value == "leak"
+            top1 += r == 1
+            top3 += r is not None and r <= 3
+            mark = "ok " if report.verdict.value == "leak" and r == 1 else ("top3" if r and r <= 3 else "MISS")
+        else:
+            benign += 1
+            alarms += report.verdict.value == "leak"
+            mark = "ok " if report.verdict.value != "leak" else "FALSE"
+        print(f"{mark:5} {name:38} {report.verdict.value:12} rank={r} {secs:5.1f}s  {tops}")
+        if args.verbose:
+            print(report)
+    print()
+    print(f"leak scenarios: {leaks}; recall {found}/{leaks}; top-1 location {top1}/{leaks}; top-3 location {top3}/{leaks}")
+    print(f"benign scenarios: {benign}; false alarms {alarms}/{benign}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

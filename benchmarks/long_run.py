@@ -1,0 +1,131 @@
+"""Long runs: write a synthetic 1,000,000-step run through the real RunWriter, then time
+`memleak.load` + `memleak.analyze` on it in a fresh process.
+
+    python benchmarks/long_run.py                 # 1M steps
+    python benchmarks/long_run.py --steps 250000 500000 1000000   # memory vs steps
+
+Prints, for each size: seconds to write, bytes per step, seconds to load, to analyse,
+and the peak RSS the load + analysis added (ru_maxrss of a fresh process minus its
+RSS after imports). The goal: <= 5 s load + analyse for 1M steps, <= 200 bytes a step.
+
+The run imitates a CUDA training loop with a slow leak at level "counters":
+every allocator counter of `memory_stats`, the driver's free memory, NVML and the
+host counters, with the noise and the 2 MiB / 20 MiB reserve growth of a real one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def write_synthetic_run(path: Path, steps: int, leak_per_step: int = 40 * 1024, seed: int = 0) -> float:
+    """Write `steps` steps through memleak's RunWriter; return the seconds it took."""
+    from memleak.storage import RunWriter
+
+    rng = np.random.default_rng(seed)
+    total = 80 * GiB
+    context = 520 * MiB
+    base = 18 * GiB  # parameters, gradients, optimizer state
+    activations = 9 * GiB  # freed at each step's end, so only in the peaks
+    # per-step noise, drawn in bulk (the writer is what is timed, not numpy)
+    jitter = rng.integers(-64, 65, size=steps) * 512
+    dur = 0.25 + rng.gamma(4.0, 0.004, size=steps)
+    heap_noise = rng.integers(0, 3, size=steps) * 4096
+    rss_noise = rng.integers(0, 2, size=steps) * 4096
+    t0 = time.perf_counter()
+    w = RunWriter(path)
+    w.header({"memleak_version": "bench", "device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3",
+              "device_total_bytes": total, "level": "counters", "rank": 0, "world_size": 1,
+              "probes": ["allocator", "nvml", "host"], "host_memory_bytes": 512 * GiB})
+    now = 0.0
+    reserved = 30 * GiB
+    alloc_peak = reserved_peak = req_peak = 0
+    heap, rss = 2 * GiB, 6 * GiB
+    for i in range(steps):
+        allocated = base + leak_per_step * i + int(jitter[i])
+        requested = allocated - 3_000 - (i % 7) * 96
+        active = allocated + (int(jitter[i]) & 0xFFF)
+        peak_now = allocated + activations
+        while peak_now > reserved - 256 * MiB:  # the cache grows in 20 MiB segments
+            reserved += 20 * MiB
+        alloc_peak = max(alloc_peak, peak_now)
+        req_peak = max(req_peak, peak_now - 2_000)
+        reserved_peak = max(reserved_peak, reserved)
+        heap += int(heap_noise[i]) - 4096
+        rss = max(rss, 6 * GiB + (int(rss_noise[i]) + i // 50_000) * 4096)
+        now += float(dur[i])
+        w.step({
+            "step": i, "time": round(now, 6), "duration": round(float(dur[i]), 6),
+            "allocated_bytes": allocated, "reserved_bytes": reserved, "active_bytes": active,
+            "inactive_split_bytes": reserved - active - 200 * MiB if i % 3 else 48 * MiB,
+            "requested_bytes": requested, "allocated_peak_bytes": alloc_peak,
+            "reserved_peak_bytes": reserved_peak, "requested_peak_bytes": req_peak,
+            "num_alloc_retries": 0, "num_ooms": 0,
+            "device_free_bytes": total - reserved - context, "device_total_bytes": total,
+            "nvml_process_bytes": reserved + context, "nvml_device_used_bytes": reserved + context + 3 * MiB,
+            "heap_bytes": heap, "rss_bytes": rss,
+        })
+    w.close()
+    return time.perf_counter() - t0
+
+
+_CHILD = r"""
+import json, resource, sys, time
+import memleak, memleak.analysis, memleak.storage, memleak.run, memleak.report, pandas, numpy
+import memleak.detect, memleak.detect.growth
+def rss():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+before = rss()
+t0 = time.perf_counter()
+run = memleak.load(sys.argv[1])
+t1 = time.perf_counter()
+report = memleak.analyze(run)
+t2 = time.perf_counter()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"load_s": t1 - t0, "analyze_s": t2 - t1, "rss_before": before, "peak_rss": peak,
+                  "rows": len(run.steps), "verdict": report.verdict.value,
+                  "top": report.suspects[0].location if report.suspects else None}))
+"""
+
+
+def measure(path: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, nargs="+", default=[1_000_000])
+    ap.add_argument("--keep", help="write the run file here instead of a temporary folder")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.steps:
+            path = Path(args.keep or tmp) / f"long-{n}.jsonl"
+            write_s = write_synthetic_run(path, n)
+            size = path.stat().st_size
+            m = measure(path)
+            added = m["peak_rss"] - m["rss_before"]
+            print(f"{n:>9,} steps: write {write_s:6.1f} s ({write_s / n * 1e6:.1f} us/step), "
+                  f"{size / n:5.1f} bytes/step ({size / 2**20:.0f} MiB); "
+                  f"load {m['load_s']:.2f} s + analyse {m['analyze_s']:.2f} s = {m['load_s'] + m['analyze_s']:.2f} s; "
+                  f"peak RSS +{added / 2**20:.0f} MiB ({added / n:.0f} bytes/step); "
+                  f"verdict {m['verdict']} ({m['top']})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Hugging Face `Trainer` callback: track `trainer.train()`, one iteration per optimizer step.
+
+    from memleak.integrations.huggingface import MemleakCallback
+
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[MemleakCallback(out="runs/memleak")])
+    trainer.train()
+    # the run, report.txt, findings.json and plots are in runs/memleak/
+
+Needs ``transformers`` with its torch extra (``pip install 'memleak[huggingface]'``).
+Importing this module imports transformers; importing memleak does not.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+from pathlib import Path
+from typing import Any
+
+from ._fit import FitSession
+from ._optional import require
+
+transformers = require("transformers", "huggingface", "memleak.integrations.huggingface")
+
+__all__ = ["MemleakCallback"]
+
+
+class MemleakCallback(transformers.TrainerCallback):
+    """Track memory over `Trainer.train()`: one iteration per optimizer step.
+
+    With gradient accumulation, the steps that only accumulate belong to the
+    iteration that the next optimizer step ends. Parameters are those of
+    `memleak.track`: ``out`` (folder for the run file and the report; default
+    ``<args.output_dir>/memleak``), ``level`` ("counters", "modules" or "full")
+    and any other `memleak.track` option (``budget=``, ``on_leak=``, ...).
+    ``print_report`` prints the report when training ends. With several
+    processes each writes its own run file; the main process writes the report.
+
+    After training, ``callback.report`` is the `memleak.Report`.
+    """
+
+    def __init__(self, out: str | os.PathLike | None = None, level: str = "full", print_report: bool = True,
+                 **tracker_options: Any):
+        self._session = FitSession(out, level, print_report, tracker_options)
+        self._out = None if out is None else Path(out)
+        self._atexit = False
+
+    @property
+    def report(self):
+        """The `memleak.Report` of the last `train()` (None before it ends)."""
+        return self._session.report
+
+    @property
+    def tracker(self):
+        """The running `memleak.Tracker` during training (None otherwise)."""
+        return self._session.tracker
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        import torch
+        out = self._out if self._out is not None else Path(args.output_dir or ".") / "memleak"
+        opt = optimizer
+        while not isinstance(opt, torch.optim.Optimizer) or type(opt).__module__.startswith("accelerate"):
+            opt = getattr(opt, "optimizer", None)  # accelerate wraps the torch optimizer
+            if opt is None:
+                break
+        self._session.start(model, opt, out, report_here=state.is_world_process_zero)
+        if not self._atexit:
+            # Trainer has no callback for a training loop that raises: never leave hooks behind.
+            atexit.register(self._close_quietly)
+            self._atexit = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._session.step()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._session.finish()
+
+    def _close_quietly(self) -> None:
+        tracker = self._session.tracker
+        if tracker is not None:
+            tracker.close()

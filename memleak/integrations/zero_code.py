@@ -1,0 +1,229 @@
+"""`memleak run script.py [args...]`: track a training script without changing it.
+
+The script runs in this process as ``python script.py args...`` would run it
+(``runpy``, ``__name__ == "__main__"``, ``sys.argv`` set to the script and its
+arguments, the script's folder first on ``sys.path``). memleak finds the
+script's iterations and its model by itself:
+
+- **iterations**: a global optimizer step hook
+  (``torch.optim.optimizer.register_optimizer_step_post_hook``) sees every
+  ``optimizer.step()``. The first optimizer that steps ends each iteration
+  (with two optimizers, as in a GAN, one boundary per iteration); if another
+  optimizer steps twice in a row without it, or it is freed, that one takes
+  over (a second training phase with a new optimizer).
+- **the model**: until the first optimizer step, global module forward hooks
+  note the modules called at the top level (not from inside another module);
+  the one that holds most of the stepping optimizer's parameters is the model
+  the tracker attaches its module probes to. Those global hooks are removed at
+  that first step, so the rest of the run pays nothing for them.
+
+Tracking starts at the first optimizer step (the iteration before it is the
+one used to find the model), and every hook is removed when the script ends,
+also when it raises. The run and the report are written into ``--out`` and the
+report is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+DEFAULT_OUT = "memleak-run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Run a Python script (or, with -m, a module) unchanged, with memleak tracking "
+                          "each optimizer step; then write the run and the report into --out and print the "
+                          "report. memleak's options come before the script; everything after it goes to the script.")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="folder for the run and the report (default: %(default)s)")
+    parser.add_argument("--level", default="full", choices=("counters", "modules", "full"),
+                        help="what to record (default: %(default)s); see memleak.track")
+    parser.add_argument("--device", default=None, help="device whose memory to watch (default: the model's)")
+    parser.add_argument("--budget", default=None,
+                        help="memory the projection counts against, e.g. '16 GiB' (default: the device's total)")
+    parser.add_argument("--check", action="store_true", help="exit with status 1 when the verdict is leak")
+    parser.add_argument("-m", dest="as_module", action="store_true",
+                        help="the target is a module name, run as `python -m` would")
+    parser.add_argument("target", metavar="script.py", help="the script to run (a module name with -m)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+
+
+class ZeroCodeSession:
+    """The global hooks of one `memleak run`: finds the model and the iterations, owns the Tracker."""
+
+    def __init__(self, out: str | os.PathLike | None, level: str = "full", **tracker_options: Any):
+        self.out = out
+        self.level = level
+        self.tracker_options = tracker_options
+        self.tracker = None
+        self.model_name: str | None = None
+        self._handles: list[Any] = []
+        self._module_handles: list[Any] = []
+        self._depth = 0
+        self._roots: dict[int, tuple[weakref.ref, int]] = {}  # id -> (module, top-level calls)
+        self._anchor: weakref.ref | None = None
+        self._since_anchor: dict[int, int] = {}
+
+    # ------------------------------------------------------------ install / remove
+    def install(self) -> "ZeroCodeSession":
+        import torch.nn.modules.module as module_hooks
+        import torch.optim.optimizer as optimizer_hooks
+        self._module_handles = [
+            module_hooks.register_module_forward_pre_hook(self._pre_forward),
+            module_hooks.register_module_forward_hook(self._post_forward, always_call=True),
+        ]
+        self._handles.append(optimizer_hooks.register_optimizer_step_post_hook(self._on_step))
+        return self
+
+    def _remove_module_hooks(self) -> None:
+        for h in self._module_handles:
+            h.remove()
+        self._module_handles.clear()
+        self._roots.clear()
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Remove every global hook and stop the tracker. Idempotent."""
+        self._remove_module_hooks()
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self.tracker is not None:
+            self.tracker.close(exc)
+
+    # ------------------------------------------------------------ hooks
+    def _pre_forward(self, module, args) -> None:
+        if self._depth == 0:
+            ref, calls = self._roots.get(id(module), (None, 0))
+            if ref is None or ref() is not module:
+                ref, calls = weakref.ref(module), 0
+            self._roots[id(module)] = (ref, calls + 1)
+        self._depth += 1
+
+    def _post_forward(self, module, args, output) -> None:
+        self._depth = max(0, self._depth - 1)
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        if self.tracker is None:
+            self._start(optimizer)
+            return
+        if not self.tracker.active:
+            return
+        anchor = self._anchor() if self._anchor is not None else None
+        if optimizer is anchor:
+            self._since_anchor.clear()
+        else:
+            n = self._since_anchor.get(id(optimizer), 0) + 1
+            self._since_anchor[id(optimizer)] = n
+            if anchor is not None and n < 2:
+                return
+            self._anchor = weakref.ref(optimizer)  # the old one is gone, or no longer steps
+            self._since_anchor.clear()
+        self.tracker.step()
+
+    def _start(self, optimizer) -> None:
+        from ..recorder import Tracker
+        model = self._find_model(optimizer)
+        self._remove_module_hooks()
+        self._anchor = weakref.ref(optimizer)
+        self.model_name = type(model).__name__ if model is not None else None
+        self.tracker = Tracker(model, optimizer=optimizer, out=self.out, level=self.level, **self.tracker_options)
+        self.tracker.start()
+
+    def _find_model(self, optimizer):
+        """The top-level module called before this step that holds most of the optimizer's parameters."""
+        params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        best, best_key = None, (0, 0)
+        for ref, calls in self._roots.values():
+            module = ref()
+            if module is None:
+                continue
+            held = sum(1 for p in module.parameters() if id(p) in params)
+            if held and (held, calls) > best_key:
+                best, best_key = module, (held, calls)
+        return best
+
+    @property
+    def steps(self) -> int:
+        return self.tracker._step if self.tracker is not None else 0
+
+
+def run_target(target: str, args: list[str], as_module: bool = False) -> tuple[int, BaseException | None]:
+    """Run a script or module as `python` would. Returns its exit status and the exception it
+    ended with, if any (its traceback is printed, as Python would). KeyboardInterrupt propagates."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    try:
+        sys.argv = [target, *args]  # with -m, runpy puts the module's file name in argv[0]
+        if as_module:
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, str(Path(target).resolve().parent))
+            runpy.run_path(target, run_name="__main__")
+        return 0, None
+    except SystemExit as e:
+        if e.code is None:
+            return 0, None
+        if isinstance(e.code, int):
+            return e.code, None
+        print(e.code, file=sys.stderr)
+        return 1, None
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+            tb = tb.tb_next  # show the script's frames, not memleak's and runpy's
+        traceback.print_exception(type(e), e, tb)
+        return 1, e
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def main(args: argparse.Namespace) -> int:
+    target = args.target
+    if not args.as_module and not Path(target).is_file():
+        raise UsageError(f"{target}: no such script (to run a module, use memleak run -m {target})")
+    options: dict[str, Any] = {}
+    if args.device:
+        options["device"] = args.device
+    if args.budget:
+        options["budget"] = args.budget
+    session = ZeroCodeSession(args.out, level=args.level, **options)
+    session.install()
+    status, failure, error = 0, None, None
+    try:
+        status, failure = run_target(target, list(args.args), args.as_module)
+    except BaseException as e:  # KeyboardInterrupt: still close and report what was recorded
+        error = e
+    finally:
+        session.close(error or failure)  # an OOM is recorded in the run
+    sys.stdout.flush()
+    name = f"-m {target}" if args.as_module else target
+    if session.tracker is None or session.steps == 0:
+        msg = (f"{name}: no iteration was tracked: memleak run marks an iteration at each optimizer.step(), "
+               "and the script made " + ("only one" if session.tracker is not None else "none") +
+               "; wrap an inference loop in memleak.track(...) and call tracker.step() instead")
+        if error is not None:
+            raise error
+        if status:
+            print(f"memleak: {msg}", file=sys.stderr)
+            return status
+        raise UsageError(msg)
+    report = session.tracker.report()
+    report.save(args.out)
+    model = f", model {session.model_name}" if session.model_name else ", no model found (counters and census only)"
+    print(f"\nmemleak: tracked {session.steps} iterations of {name}{model}")
+    print(report)
+    print(f"\nmemleak: run and report written to {args.out}/")
+    if error is not None:
+        raise error
+    if status:
+        return status
+    return 1 if (args.check and report.leak) else 0

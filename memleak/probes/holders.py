@@ -1,0 +1,521 @@
+"""Who holds a tensor: a budgeted walk of references from known roots.
+
+Instead of scanning every object the garbage collector tracks (tens of
+milliseconds with torch loaded), the walk starts from the places a training
+loop keeps things: the user's frames (the loop that called ``tracker.step()``
+and its callers), the globals of their modules (and of the modules that define
+the model's classes), the model's module tree (attributes, buffers, hook
+closures) and the objects reachable from there. Each tensor it meets gets the
+*holder* that names it: the nearest named owner on the path that reached it
+(``history``, ``metric.preds``, ``layers.1.attn.cache``), with container
+indices collapsed, so the tensors a growing list holds count under one name.
+
+Everything here is read-only and keeps no reference after it returns, apart
+from the weak references in `Ages`.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import sysconfig
+import types
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_MEMLEAK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIB_DIRS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths().get("stdlib"),
+                                                 sysconfig.get_paths().get("purelib"),
+                                                 sysconfig.get_paths().get("platlib")) if p})
+# Packages whose objects are not walked into (their tensors are their business).
+_SKIP_PACKAGES = {"torch", "numpy", "pandas", "scipy", "matplotlib", "memleak", "builtins", "_pytest",
+                  "pytest", "pluggy", "logging", "typing", "collections", "functools", "threading",
+                  "multiprocessing", "concurrent", "asyncio", "importlib", "abc", "enum", "re", "io",
+                  "weakref", "inspect", "ast", "tokenize", "unittest", "hypothesis", "IPython", "ipykernel",
+                  "jupyter_client", "tornado", "zmq", "_io", "sre_compile", "pathlib", "os", "sys",
+                  "socket", "ssl", "json", "pickle", "random", "argparse", "tqdm", "PIL", "sklearn",
+                  "transformers_modules"} - {"transformers_modules"}
+_SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray, range, slice, type(Ellipsis))
+_SEQUENCES = (list, tuple, collections.deque, set, frozenset)
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+               "_state_dict_hooks", "_load_state_dict_pre_hooks")
+_MODULE_SKIP = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+                "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",
+                "_state_dict_pre_hooks", "_load_state_dict_post_hooks", "_is_full_backward_hook",
+                "training", "_compiled_call_impl", *_HOOK_DICTS}
+# Long containers are sampled at both ends (newest last), and their totals extrapolated.
+SEQ_SAMPLE = 12
+
+_internal_code: dict[Any, bool] = {}
+
+
+def _is_internal_file(filename: str) -> bool:
+    return filename.startswith(_TORCH_DIR) or filename.startswith(_MEMLEAK_DIR) or filename.startswith("<frozen")
+
+
+def _is_library_file(filename: str) -> bool:
+    real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
+    return any(real.startswith(d) for d in _LIB_DIRS) or filename.startswith("<frozen")
+
+
+def is_internal(code) -> bool:
+    """True for code in torch or memleak (not the user's)."""
+    hit = _internal_code.get(code)
+    if hit is None:
+        hit = _internal_code[code] = _is_internal_file(code.co_filename)
+    return hit
+
+
+def user_site(start_depth: int = 1) -> str | None:
+    """'file.py:line' of the nearest frame outside torch and memleak, or None."""
+    f = sys._getframe(start_depth)
+    while f is not None:
+        if not is_internal(f.f_code):
+            return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+def user_frames(limit: int = 6) -> list[types.FrameType]:
+    """The caller's frames outside torch, memleak and installed libraries, innermost first.
+
+    Falls back to the first frames outside torch and memleak when all are library frames
+    (a loop driven by a framework)."""
+    frames: list[types.FrameType] = []
+    fallback: list[types.FrameType] = []
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if not is_internal(code):
+            if _is_library_file(code.co_filename):
+                if len(fallback) < 2:
+                    fallback.append(f)
+            else:
+                frames.append(f)
+                if len(frames) >= limit:
+                    break
+        f = f.f_back
+    return frames or fallback
+
+
+def _top_package(obj_type: type) -> str:
+    return (getattr(obj_type, "__module__", None) or "builtins").partition(".")[0]
+
+
+def tensor_nbytes(t: torch.Tensor) -> tuple[int, int]:
+    """(storage key, bytes) of a tensor; bytes 0 for tensors without a storage."""
+    try:
+        s = t.untyped_storage()
+        return s.data_ptr(), s.nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return id(t), 0
+
+
+@dataclass
+class HolderStats:
+    holder: str
+    kind: str          # local | global | module_attr | buffer | closure | class_attr | unreachable
+    count: float = 0.0
+    nbytes: float = 0.0
+    n_grad: float = 0.0
+    old: float = 0.0        # tensors first seen at least 2 steps ago
+    old_bytes: float = 0.0
+    nodes: int = 0           # autograd graph nodes reachable from its tensors (bounded)
+    nodes_capped: bool = False
+    estimated: bool = False
+    note: str = ""
+    _storages: set = field(default_factory=set, repr=False)
+    _grad_fns: list = field(default_factory=list, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        r = {"holder": self.holder, "kind": self.kind, "count": round(self.count, 1),
+             "bytes": int(self.nbytes), "grad": round(self.n_grad, 1), "old": round(self.old, 1),
+             "old_bytes": int(self.old_bytes), "nodes": self.nodes}
+        if self.nodes_capped:
+            r["capped"] = True
+        if self.estimated:
+            r["estimated"] = True
+        if self.note:
+            r["note"] = self.note
+        return r
+
+
+class Ages:
+    """When each tensor was first seen, by weak reference (ids are reused)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[Any, int]] = {}
+
+    def first_seen(self, t: torch.Tensor, step: int) -> int:
+        entry = self._seen.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        try:
+            self._seen[id(t)] = (weakref.ref(t), step)
+        except TypeError:
+            pass
+        return step
+
+    def prune(self) -> None:
+        dead = [k for k, (r, _) in self._seen.items() if r() is None]
+        for k in dead:
+            del self._seen[k]
+
+    def clear(self) -> None:
+        self._seen.clear()
+
+
+def _closure_items(fn) -> Iterator[tuple[str, Any]]:
+    code = getattr(fn, "__code__", None)
+    cells = getattr(fn, "__closure__", None)
+    if code is None or not cells:
+        return
+    for name, cell in zip(code.co_freevars, cells):
+        try:
+            yield name, cell.cell_contents
+        except ValueError:  # empty cell
+            continue
+
+
+def _fn_name(fn) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def count_graph(grad_fns: list, cap: int) -> tuple[int, bool]:
+    """Autograd nodes reachable from these grad_fns, at most `cap`."""
+    seen: set[int] = set()
+    stack = list(grad_fns)
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if len(seen) >= cap:
+            return len(seen), True
+        try:
+            nxt = node.next_functions
+        except (AttributeError, RuntimeError):
+            continue
+        for n, _ in nxt:
+            if n is not None and id(n) not in seen:
+                stack.append(n)
+    return len(seen), False
+
+
+class Walk:
+    """One walk from the roots. `holders` by name, `tensor_holder` by tensor id."""
+
+    def __init__(self, *, step: int, exclude: set[int], ages: Ages, module_names: dict[int, str],
+                 budget: int = 6000, graph_cap: int = 3000):
+        self.step = step
+        self.exclude = exclude
+        self.ages = ages
+        self.module_names = module_names
+        self.budget = budget
+        self.graph_cap = graph_cap
+        self.visited: set[int] = set()
+        self.holders: dict[str, HolderStats] = {}
+        self.tensor_holder: dict[int, str] = {}
+        self.buffers: dict[str, list] = {}
+        self.queue: collections.deque = collections.deque()
+        self.nodes = 0
+        self.truncated = False
+
+    # -- queueing
+    def push(self, obj: Any, path: str, holder: str | None, kind: str, weight: float = 1.0,
+             note: str = "") -> None:
+        if isinstance(obj, _SCALARS) or id(obj) in self.visited:
+            return
+        self.queue.append((obj, path, holder, kind, weight, note))
+
+    def add_root(self, obj: Any, name: str, kind: str, note: str = "") -> None:
+        self.push(obj, name, name, kind, 1.0, note)
+
+    def run(self) -> None:
+        q = self.queue
+        while q:
+            if self.nodes >= self.budget:
+                self.truncated = True
+                break
+            obj, path, holder, kind, weight, note = q.popleft()
+            oid = id(obj)
+            if oid in self.visited:
+                continue
+            self.visited.add(oid)
+            self.nodes += 1
+            try:
+                self._visit(obj, path, holder, kind, weight, note)
+            except Exception:  # a strange object (a proxy, a lazy attribute) is skipped, never fatal
+                continue
+        q.clear()
+        self._finish()
+
+    # -- one object
+    def _visit(self, obj, path, holder, kind, weight, note) -> None:
+        t = type(obj)
+        if issubclass(t, torch.Tensor):
+            self._tensor(obj, holder or path, kind, weight, note)
+            return
+        if t in _SEQUENCES or (issubclass(t, (list, tuple, collections.deque)) and not hasattr(obj, "_fields")):
+            self._sequence(obj, path, holder, kind, weight, note)
+            return
+        if issubclass(t, dict):
+            self._dict(obj, path, holder, kind, weight, note)
+            return
+        if issubclass(t, torch.nn.Module):
+            self._module(obj, path, holder, kind, weight, note)
+            return
+        if isinstance(obj, (types.FunctionType, types.LambdaType)):
+            for name, value in _closure_items(obj):
+                self.push(value, f"{path}.{name}", holder or name, kind if holder else "closure", weight,
+                          note or f"captured by {_fn_name(obj)}")
+            return
+        if isinstance(obj, types.MethodType):
+            self.push(obj.__self__, path, holder, kind, weight, note)
+            return
+        if t.__name__ == "partial" and hasattr(obj, "func"):
+            self.push(obj.func, path, holder, kind, weight, note)
+            for a in obj.args:
+                self.push(a, path + "[...]", holder, kind, weight, note)
+            for k, v in obj.keywords.items():
+                self.push(v, f"{path}.{k}", holder, kind, weight, note)
+            return
+        if isinstance(obj, (types.ModuleType, type, types.FrameType, types.CodeType, types.GeneratorType,
+                            weakref.ref, torch.optim.Optimizer)) or _top_package(t) in _SKIP_PACKAGES:
+            if issubclass(t, torch.autograd.function.BackwardCFunction):
+                self._attrs(obj, path, holder, kind, weight, note)
+            elif hasattr(obj, "_fields") and isinstance(obj, tuple):  # namedtuple from a library
+                self._sequence(obj, path, holder, kind, weight, note)
+            return
+        self._attrs(obj, path, holder, kind, weight, note)
+
+    def _attrs(self, obj, path, holder, kind, weight, note) -> None:
+        d = getattr(obj, "__dict__", None)
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if isinstance(v, _SCALARS) or (k.startswith("__") and k.endswith("__")):
+                    continue
+                self.push(v, f"{path}.{k}", _join(holder, path, k), kind, weight, note)
+        slots = getattr(type(obj), "__slots__", ())
+        for k in (slots,) if isinstance(slots, str) else slots:
+            v = getattr(obj, k, None)
+            if v is not None:
+                self.push(v, f"{path}.{k}", _join(holder, path, k), kind, weight, note)
+
+    def _sequence(self, obj, path, holder, kind, weight, note) -> None:
+        n = len(obj)
+        if n == 0:
+            return
+        child = path + "[...]"
+        if n <= 2 * SEQ_SAMPLE or isinstance(obj, (set, frozenset)):
+            items = list(obj)[: 4 * SEQ_SAMPLE]
+            w = weight * n / len(items)
+        else:
+            if isinstance(obj, collections.deque):
+                items = [obj[i] for i in range(SEQ_SAMPLE)] + [obj[-i] for i in range(1, SEQ_SAMPLE + 1)]
+            else:
+                items = list(obj[:SEQ_SAMPLE]) + list(obj[-SEQ_SAMPLE:])
+            w = weight * n / len(items)
+            self._estimated(holder or path)
+        for it in items:
+            self.push(it, child, holder or path, kind, w, note)
+
+    def _dict(self, obj, path, holder, kind, weight, note) -> None:
+        n = len(obj)
+        if n == 0:
+            return
+        named = n <= 16
+        if n <= 2 * SEQ_SAMPLE:
+            items = list(obj.items())
+        else:
+            keys = list(obj.keys())
+            items = [(k, obj[k]) for k in keys[:SEQ_SAMPLE] + keys[-SEQ_SAMPLE:]]
+            self._estimated(holder or path)
+        w = weight * n / len(items)
+        for k, v in items:
+            if named and isinstance(k, str):
+                p = f"{path}[{k!r}]"
+                self.push(v, p, _join(holder, path, None, p), kind, w, note)
+            else:
+                self.push(v, path + "[...]", holder or path, kind, w, note)
+                if isinstance(k, torch.Tensor):
+                    self.push(k, path + "[...]", holder or path, kind, w, note)
+
+    def _module(self, mod, path, holder, kind, weight, note) -> None:
+        name = self.module_names.get(id(mod))
+        if name is not None:  # part of the tracked model: name it by its module path
+            path = name
+            kind = "module_attr"
+            holder = None
+        d = mod.__dict__
+        for k, v in d.items():
+            if k in _MODULE_SKIP or isinstance(v, _SCALARS):
+                continue
+            p = f"{path}.{k}" if path else k
+            self.push(v, p, _join(holder, path, k), kind, weight, note)
+        for k, b in d.get("_buffers", {}).items():
+            if b is not None:
+                p = f"{path}.{k}" if path else k
+                key, nb = tensor_nbytes(b)
+                self.buffers[p] = [int(b.numel()), nb]
+        for hk in _HOOK_DICTS:
+            hooks = d.get(hk)
+            if hooks:
+                for fn in list(hooks.values()):
+                    fn = fn[0] if isinstance(fn, tuple) else fn
+                    where = path or type(mod).__name__
+                    for cname, value in _closure_items(fn):
+                        self.push(value, cname, cname, "closure", weight, f"captured by hook {_fn_name(fn)} on {where}")
+                    if isinstance(fn, types.MethodType):
+                        self.push(fn.__self__, type(fn.__self__).__name__, type(fn.__self__).__name__, "hook",
+                                  weight, f"hook {_fn_name(fn)} on {where}")
+                    elif not isinstance(fn, types.FunctionType) and hasattr(fn, "__dict__"):
+                        self.push(fn, type(fn).__name__, type(fn).__name__, "hook", weight, f"hook on {where}")
+        for k, child in d.get("_modules", {}).items():
+            if child is not None:
+                cp = f"{path}.{k}" if path else k
+                self.push(child, cp, None if self.module_names.get(id(child)) else _join(holder, path, k),
+                          kind, weight, note)
+
+    # -- leaves
+    def _estimated(self, holder: str) -> None:
+        self._stats(holder, "").estimated = True
+
+    def _stats(self, holder: str, kind: str) -> HolderStats:
+        st = self.holders.get(holder)
+        if st is None:
+            st = self.holders[holder] = HolderStats(holder, kind)
+        elif not st.kind:
+            st.kind = kind
+        return st
+
+    def _tensor(self, t: torch.Tensor, holder: str, kind: str, weight: float, note: str) -> None:
+        if isinstance(t, torch.nn.Parameter) or id(t) in self.exclude:
+            return
+        st = self._stats(holder, kind)
+        if note and not st.note:
+            st.note = note
+        self.tensor_holder[id(t)] = holder
+        key, nb = tensor_nbytes(t)
+        if key in st._storages:
+            nb = 0
+        else:
+            st._storages.add(key)
+        st.count += weight
+        st.nbytes += nb * weight
+        age = self.step - self.ages.first_seen(t, self.step)
+        if age >= 2:
+            st.old += weight
+            st.old_bytes += nb * weight
+        gf = t.grad_fn
+        if gf is not None:
+            st.n_grad += weight
+            if len(st._grad_fns) < 64:
+                st._grad_fns.append(gf)
+
+    def _finish(self) -> None:
+        left = self.graph_cap * 4
+        for st in sorted(self.holders.values(), key=lambda s: -len(s._grad_fns)):
+            if st._grad_fns and left > 0:
+                st.nodes, st.nodes_capped = count_graph(st._grad_fns, min(self.graph_cap, left))
+                left -= st.nodes
+            st._grad_fns = []
+            st._storages = set()
+
+
+def _join(holder: str | None, path: str, key: str | None, full: str | None = None) -> str | None:
+    """The holder for a child: the parent's holder while it is a named chain, else unchanged."""
+    if holder is None:
+        return None
+    child = full if full is not None else (f"{path}.{key}" if path else key)
+    # a holder stays the nearest *named* owner: extend it only along names, never past an index
+    return child if "[...]" not in child else holder
+
+
+def module_names(model) -> dict[int, str]:
+    if model is None:
+        return {}
+    return {id(m): name for name, m in model.named_modules(remove_duplicate=True)}
+
+
+def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
+    """Ids of parameters, gradients, buffers and optimizer state; and their storage pointers."""
+    ids: set[int] = set()
+    ptrs: set[int] = set()
+
+    def add(t):
+        if isinstance(t, torch.Tensor):
+            ids.add(id(t))
+            try:
+                ptrs.add(t.untyped_storage().data_ptr())
+            except (RuntimeError, NotImplementedError, TypeError):
+                pass
+
+    if model is not None:
+        for p in model.parameters():
+            add(p)
+            if p.grad is not None:
+                add(p.grad)
+        for b in model.buffers():
+            add(b)
+    if optimizer is not None:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                add(p)
+                if p.grad is not None:
+                    add(p.grad)
+        for st in optimizer.state.values():
+            if isinstance(st, dict):
+                for v in st.values():
+                    add(v)
+    ptrs.discard(0)
+    return ids, ptrs
+
+
+def walk_roots(*, step: int, model, optimizer, ages: Ages, exclude: set[int], frames: list,
+               budget: int = 6000, graph_cap: int = 3000) -> Walk:
+    """Walk from the frames' locals, their globals, and the model tree."""
+    names = module_names(model)
+    w = Walk(step=step, exclude=exclude, ages=ages, module_names=names, budget=budget, graph_cap=graph_cap)
+    skip = {id(model), id(optimizer)} if model is not None else {id(optimizer)}
+    w.visited.update(skip - {id(None)})
+    seen_globals: set[int] = set()
+    globals_list = []
+    for f in frames:
+        loc = f.f_locals
+        if loc is not f.f_globals:
+            for k, v in list(loc.items()):
+                if not k.startswith("__"):
+                    w.add_root(v, k, "local")
+        if id(f.f_globals) not in seen_globals:
+            seen_globals.add(id(f.f_globals))
+            globals_list.append(f.f_globals)
+    if model is not None:
+        for m in model.modules():
+            mod = sys.modules.get(type(m).__module__)
+            g = getattr(mod, "__dict__", None)
+            if g is not None and id(g) not in seen_globals and _top_package(type(m)) not in _SKIP_PACKAGES:
+                seen_globals.add(id(g))
+                globals_list.append(g)
+    # the model tree next: its attributes get module paths even when a local names the model
+    if model is not None:
+        w.visited.discard(id(model))
+        w.push(model, "", None, "module_attr")
+    for g in globals_list:
+        modname = g.get("__name__", "")
+        for k, v in list(g.items()):
+            if k.startswith("__") or isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType)):
+                continue
+            if isinstance(v, type):
+                if v.__module__ == modname:  # a class defined there: its class-level containers
+                    for ck, cv in list(vars(v).items()):
+                        if not ck.startswith("__") and isinstance(cv, (torch.Tensor, list, dict, collections.deque, set, tuple)):
+                            w.add_root(cv, f"{k}.{ck}", "class_attr")
+                continue
+            w.add_root(v, k, "global")
+    w.run()
+    return w

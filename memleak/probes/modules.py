@@ -1,0 +1,268 @@
+"""Per-module memory attribution and module-attribute scans.
+
+Forward pre/post hooks on every submodule read a cheap memory counter
+(``torch.cuda.memory_allocated`` on CUDA, the glibc heap counter on CPU, about
+2 microseconds) and add each forward's delta to its module: the activation
+memory that forward leaves allocated. On sampled ("detail") steps the probe
+also
+
+- keeps weak references to each module's outputs, to count the bytes each
+  module's forward leaves alive at step end, and those still alive two or
+  more steps later (an output somebody keeps);
+- hooks the autograd nodes at each module's outputs and inputs to measure the
+  memory its backward allocates (gradients);
+- sums the memory by category, as torch's ``mem_tracker`` names them:
+  parameter, buffer, gradient, optimizer state, activation, other.
+
+At level "modules" it also scans module attributes (tensors and tensor
+containers that are not parameters or buffers, hook closures) with the same
+walk the TensorProbe uses at level "full", and emits the same ``holders`` records.
+
+Record ``modules`` (one per detail step, aggregating the steps since the last):
+``{"step", "steps", "counter", "categories": {...}, "modules": [[path, calls, fwd_bytes, bwd_bytes, left_bytes]],
+"alive": [[path, born, count, bytes]]}``: fwd/bwd bytes are per step, summed over calls.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from collections import defaultdict
+from typing import Any, Callable
+
+import torch
+
+from . import Probe, ProbeContext, Unavailable
+from .holders import Ages, excluded_ids, tensor_nbytes, walk_roots
+
+MAX_OUTPUTS = 4       # tensors kept (weakly) per module call on detail steps
+MAX_COHORTS = 8
+
+
+def memory_counter(device: torch.device) -> tuple[Callable[[], int] | None, str]:
+    if device.type == "cuda":
+        idx = device.index
+        return (lambda: torch.cuda.memory_allocated(idx)), "cuda_allocated"
+    if device.type == "cpu":
+        from .host import _mallinfo2
+        mi = _mallinfo2()
+        if mi is not None:
+            return (lambda: (lambda i: i.uordblks + i.hblkhd)(mi())), "heap"
+        return None, "none"
+    try:
+        return (lambda: torch.accelerator.memory_allocated(device.index)), "accelerator_allocated"
+    except Exception:
+        return None, "none"
+
+
+def _tensors(out, limit: int = MAX_OUTPUTS):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [o for o in out[:limit] if isinstance(o, torch.Tensor)]
+    if isinstance(out, dict):
+        return [o for o in list(out.values())[:limit] if isinstance(o, torch.Tensor)]
+    return []
+
+
+class ModuleProbe(Probe):
+    name = "modules"
+
+    def start(self, ctx: ProbeContext) -> dict[str, Any]:
+        model = ctx.model_ref()
+        if model is None:
+            raise Unavailable("no model was given: module attribution needs memleak.track(model, ...)")
+        self.ctx = ctx
+        self.counter, self.counter_name = memory_counter(ctx.device)
+        self.handles: list = []
+        self.node_handles: list = []
+        self.paths: list[str] = []
+        self.index: dict[int, int] = {}
+        for name, m in model.named_modules():
+            i = len(self.paths)
+            self.paths.append(name or "<root>")
+            self.index[id(m)] = i
+        n = len(self.paths)
+        self.calls = [0] * n
+        self.fwd = [0] * n
+        self.bwd = [0] * n
+        self.stack: list[int] = []
+        self.bw_open: dict[int, int] = {}
+        self.detail = False
+        self.detail_step: int | None = None
+        self.outputs: list[tuple[Any, int, int, int]] = []  # (weakref, module index, step, bytes)
+        self.steps_since = 0
+        self.next_detail = 1
+        self.budget = float(ctx.options.get("modules_budget", 0.04))
+        self.scan = ctx.level == "modules"
+        self.ages = Ages()
+        pre, post = self._pre, self._post
+        for m in model.modules():
+            self.handles.append(m.register_forward_pre_hook(pre))
+            self.handles.append(m.register_forward_hook(post))
+        return {"module_counter": self.counter_name, "modules": n}
+
+    # ------------------------------------------------------------ hooks
+    def _pre(self, module, inputs):
+        c = self.counter
+        self.stack.append(c() if c is not None else 0)
+        if self.detail:
+            i = self.index.get(id(module))
+            if i is not None:
+                for t in _tensors(inputs, 2):
+                    gf = t.grad_fn
+                    if gf is not None:
+                        self.node_handles.append(gf.register_prehook(self._bw_end_hook(i)))
+                        break
+
+    def _post(self, module, inputs, output):
+        c = self.counter
+        start = self.stack.pop() if self.stack else 0
+        i = self.index.get(id(module))
+        if i is None:
+            return
+        self.calls[i] += 1
+        if c is not None:
+            self.fwd[i] += c() - start
+        if self.detail:
+            for t in _tensors(output):
+                try:
+                    _, nb = tensor_nbytes(t)
+                    self.outputs.append((weakref.ref(t), i, self.detail_step, nb))
+                except TypeError:
+                    continue
+            for t in _tensors(output, 1):
+                gf = t.grad_fn
+                if gf is not None:
+                    self.node_handles.append(gf.register_prehook(self._bw_start_hook(i)))
+
+    def _bw_start_hook(self, i: int):
+        def hook(grad_outputs):
+            if self.counter is not None:
+                self.bw_open[i] = self.counter()
+        return hook
+
+    def _bw_end_hook(self, i: int):
+        def hook(grad_outputs):
+            s = self.bw_open.pop(i, None)
+            if s is not None and self.counter is not None:
+                self.bwd[i] += self.counter() - s
+        return hook
+
+    # ------------------------------------------------------------ steps
+    def step_begin(self, step: int) -> None:
+        self.stack.clear()
+        if step >= self.next_detail:
+            self.detail = True
+            self.detail_step = step
+
+    def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        self.steps_since += 1
+        if not self.detail:
+            return {}
+        t0 = time.perf_counter()
+        self.detail = False
+        for h in self.node_handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.node_handles.clear()
+        self.bw_open.clear()
+        self._emit(step)
+        cost = time.perf_counter() - t0
+        gap = max(3, int(cost / max(step_seconds * self.budget, 1e-9)) + 1)
+        self.next_detail = step + min(gap, 25)
+        return {}
+
+    def _emit(self, step: int) -> None:
+        model = self.ctx.model_ref()
+        opt = self.ctx.optimizer_ref()
+        n = max(self.steps_since, 1)
+        left = defaultdict(int)
+        alive = defaultdict(lambda: [0, 0])
+        keep = []
+        for entry in self.outputs:
+            ref, i, born, nb = entry
+            t = ref()
+            if t is None:
+                continue
+            keep.append(entry)
+            if born == step:
+                left[i] += nb
+            elif step - born >= 2:
+                a = alive[(i, born)]
+                a[0] += 1
+                a[1] += nb
+            del t
+        borns = sorted({e[2] for e in keep})
+        if len(borns) > MAX_COHORTS:
+            keep = [e for e in keep if e[2] >= borns[-MAX_COHORTS]]
+        self.outputs = keep
+        rows = []
+        for i, path in enumerate(self.paths):
+            if self.calls[i] or left.get(i):
+                rows.append([path, self.calls[i], int(self.fwd[i] / n), int(self.bwd[i]), int(left.get(i, 0))])
+        cats = self._categories(model, opt)
+        cats["activation"] = max(0, int(self.fwd[0] / n)) if self.paths else 0
+        self.ctx.emit("modules", {"step": step, "steps": n, "counter": self.counter_name, "categories": cats,
+                                  "modules": rows,
+                                  "alive": [[self.paths[i], b, c, nb] for (i, b), (c, nb) in sorted(alive.items())]})
+        self.calls = [0] * len(self.paths)
+        self.fwd = [0] * len(self.paths)
+        self.bwd = [0] * len(self.paths)
+        self.steps_since = 0
+        if self.scan and model is not None:
+            exclude, _ = excluded_ids(model, opt)
+            t0 = time.perf_counter()
+            walk = walk_roots(step=step, model=model, optimizer=opt, ages=self.ages, exclude=exclude, frames=[],
+                              budget=3000)
+            self.ages.prune()
+            rows = [h.row() for h in sorted(walk.holders.values(), key=lambda s: -s.nbytes) if h.count > 0][:60]
+            self.ctx.emit("holders", {"step": step, "holders": rows, "buffers": walk.buffers,
+                                      "walk_seconds": round(time.perf_counter() - t0, 6),
+                                      "nodes_walked": walk.nodes, "truncated": walk.truncated, "scope": "model"})
+
+    def _categories(self, model, opt) -> dict[str, int]:
+        cats = {"parameter": 0, "buffer": 0, "gradient": 0, "optimizer_state": 0}
+        seen: set[int] = set()
+
+        def size(t) -> int:
+            ptr, nb = tensor_nbytes(t)
+            if ptr in seen:
+                return 0
+            seen.add(ptr)
+            return nb
+
+        if model is not None:
+            for p in model.parameters():
+                cats["parameter"] += size(p)
+                if p.grad is not None:
+                    cats["gradient"] += size(p.grad)
+            for b in model.buffers():
+                cats["buffer"] += size(b)
+        if opt is not None:
+            for st in opt.state.values():
+                if isinstance(st, dict):
+                    for v in st.values():
+                        if isinstance(v, torch.Tensor):
+                            cats["optimizer_state"] += size(v)
+        if self.counter is not None:
+            total = int(self.counter())
+            cats["total"] = total
+            cats["other"] = max(0, total - sum(cats[k] for k in ("parameter", "buffer", "gradient", "optimizer_state")))
+        return cats
+
+    def stop(self) -> None:
+        for h in getattr(self, "handles", []):
+            h.remove()
+        self.handles = []
+        for h in getattr(self, "node_handles", []):
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.node_handles = []
+        self.outputs = []
+        self.detail = False
+        if hasattr(self, "ages"):
+            self.ages.clear()

@@ -1,0 +1,327 @@
+"""Which tensors survive their step, who holds them, and which graphs outlive their backward.
+
+On sampled ("deep") steps, chosen on a time budget, the TensorProbe
+
+- tags every tensor a torch function returns with its creation site (the
+  user's file:line) through a `TorchFunctionMode`, keeping weak references only;
+- tags every tensor autograd saves for backward through
+  `torch.autograd.graph.saved_tensors_hooks` (the pack hook returns the tensor
+  unchanged; it keeps a weak reference);
+- at the end of the step, walks references from the user's frames, their
+  globals and the model tree (`holders.walk_roots`) and records, per holder,
+  the tensors it holds, how many are at least two steps old, and the size of
+  the autograd graph they keep (nodes, counted along ``next_functions``);
+- checks which tensors tagged on earlier deep steps (two or more steps ago)
+  are still alive and are not parameters, gradients, buffers or optimizer state,
+  and groups them by creation site and holder.
+
+Records (see docs/detectors-culprits.md):
+
+- ``holders``: ``{"step", "holders": [{"holder", "kind", "count", "bytes", "grad", "old", "old_bytes", "nodes", ...}], "buffers": {path: [numel, bytes]}, "walk_seconds", "truncated"}``
+- ``births``: ``{"step", "cohorts": [{"born", "site", "holder", "count", "bytes", "grad"}]}``
+- ``saved``: ``{"step", "cohorts": [{"born", "site", "count", "bytes"}], "tagged": {born: [count, bytes]}}``:
+  saved tensors that a graph from an earlier deep step still holds
+"""
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from collections import defaultdict
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import Probe, ProbeContext
+from .holders import Ages, excluded_ids, tensor_nbytes, user_frames, user_site, walk_roots
+
+# Tensors tagged per deep step, at most (a very large step is sampled, not walked whole).
+MAX_TAGS = 20000
+# Deep steps whose tags are kept for checking.
+MAX_COHORTS = 12
+# gc.get_referrers scans every object: named holders are looked up this often per run at most.
+MAX_REFERRER_LOOKUPS = 3
+
+
+class _Box:
+    """What the pack hook hands autograd: the saved tensor itself, in a weakly referenced box."""
+
+    __slots__ = ("t", "__weakref__")
+
+    def __init__(self, t):
+        self.t = t
+
+
+class _BirthMode(TorchFunctionMode):
+    """Tags tensors that torch functions return with the step and the user's creation site."""
+
+    def __init__(self, probe: "TensorProbe"):
+        super().__init__()
+        self.probe = probe
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        p = self.probe
+        if p.n_tags < MAX_TAGS:
+            try:
+                p._tag(out)
+            except Exception:
+                pass
+        return out
+
+
+class TensorProbe(Probe):
+    name = "tensors"
+
+    def start(self, ctx: ProbeContext) -> dict[str, Any]:
+        self.ctx = ctx
+        self.budget = float(ctx.options.get("deep_budget", 0.12))
+        self.ages = Ages()
+        self.births: dict[int, tuple[Any, int, str]] = {}   # id -> (weakref, step, site)
+        self.saved: list[tuple[Any, int, int, int]] = []   # (weakref, step, storage ptr, bytes)
+        self.saved_tagged: dict[int, list[int]] = {}
+        self.n_tags = 0
+        self._mode = None
+        self._saved_ctx = None
+        self._deep_step: int | None = None
+        self.credit = 0.0
+        self.last_cost = 0.0
+        self.next_deep = 1
+        self.referrer_lookups = 0
+        self.named_sites: dict[str, str] = {}
+        self.site_cache: dict[Any, str] = {}
+        return {"deep_budget": self.budget}
+
+    # ------------------------------------------------------------ tagging
+    def _tag(self, out) -> None:
+        if isinstance(out, torch.Tensor):
+            self._tag_one(out)
+        elif isinstance(out, (tuple, list)):
+            for o in out[:8]:
+                if isinstance(o, torch.Tensor):
+                    self._tag_one(o)
+
+    def _tag_one(self, t: torch.Tensor) -> None:
+        if isinstance(t, torch.nn.Parameter):
+            return
+        i = id(t)
+        entry = self.births.get(i)
+        if entry is not None and entry[0]() is t:
+            return
+        site = user_site(3) or "?"
+        self.births[i] = (weakref.ref(t), self._deep_step, site)
+        self.n_tags += 1
+
+    def _pack(self, t: torch.Tensor):
+        # The graph keeps what pack returns for as long as it keeps the saved tensor: a small
+        # box around the tensor, weakly referenced here, dies exactly when the graph lets go.
+        box = _Box(t)
+        try:
+            if len(self.saved) < MAX_TAGS:
+                ptr, nb = tensor_nbytes(t)
+                self.saved.append((weakref.ref(box), self._deep_step, ptr, nb, user_site(2) or "?"))
+                acc = self.saved_tagged.setdefault(self._deep_step, [0, 0])
+                acc[0] += 1
+                acc[1] += nb
+        except Exception:
+            pass
+        return box
+
+    @staticmethod
+    def _unpack(box):
+        return box.t if isinstance(box, _Box) else box
+
+    def step_begin(self, step: int) -> None:
+        if step >= self.next_deep and self._mode is None:
+            self._deep_step = step
+            self.n_tags = 0
+            try:
+                self._saved_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+                self._saved_ctx.__enter__()
+            except Exception:
+                self._saved_ctx = None
+            self._mode = _BirthMode(self)
+            self._mode.__enter__()
+
+    def _end_tagging(self) -> None:
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:
+                pass
+        sctx, self._saved_ctx = self._saved_ctx, None
+        if sctx is not None:
+            try:
+                sctx.__exit__(None, None, None)
+            except Exception:
+                pass
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        if self._deep_step is None or self._mode is None:
+            self.credit += step_seconds * self.budget
+            return {}
+        self._end_tagging()
+        t0 = time.perf_counter()
+        try:
+            self._deep_sample(step)
+        finally:
+            cost = time.perf_counter() - t0 + step_seconds * 0.1  # tagging costs too
+            self.last_cost = cost
+            # the next deep step when the budget has paid for this one, at least 2 steps on
+            per_step = max(step_seconds, 1e-6) * self.budget
+            gap = max(2, int(cost / per_step) + 1)
+            self.next_deep = step + min(gap, 50)
+        return {"deep_seconds": round(time.perf_counter() - t0, 6)}
+
+    def _deep_sample(self, step: int) -> None:
+        model = self.ctx.model_ref()
+        opt = self.ctx.optimizer_ref()
+        exclude, ptrs = excluded_ids(model, opt)
+        frames = user_frames()
+        t0 = time.perf_counter()
+        walk = walk_roots(step=step, model=model, optimizer=opt, ages=self.ages, exclude=exclude, frames=frames)
+        del frames
+        walk_seconds = time.perf_counter() - t0
+        holders = sorted(walk.holders.values(), key=lambda s: -s.nbytes)
+        rows = [h.row() for h in holders if h.count > 0][:60]
+        self.ctx.emit("holders", {"step": step, "holders": rows, "buffers": walk.buffers,
+                                  "walk_seconds": round(walk_seconds, 6), "nodes_walked": walk.nodes,
+                                  "truncated": walk.truncated})
+        self.ages.prune()
+        self._check_births(step, exclude, ptrs, walk.tensor_holder)
+        self._check_saved(step, ptrs)
+
+    def _check_births(self, step: int, exclude: set[int], ptrs: set[int], tensor_holder: dict[int, str]) -> None:
+        groups: dict[tuple[int, str, str], list] = defaultdict(lambda: [0, 0, 0])
+        unnamed: dict[str, Any] = {}
+        dead = []
+        seen_storage: set[tuple[int, str, int]] = set()
+        for i, (ref, born, site) in self.births.items():
+            t = ref()
+            if t is None:
+                dead.append(i)
+                continue
+            if born is None or step - born < 2 or born == step:
+                continue
+            if i in exclude or isinstance(t, torch.nn.Parameter):
+                continue
+            ptr, nb = tensor_nbytes(t)
+            if ptr in ptrs:
+                continue
+            holder = tensor_holder.get(i) or self.named_sites.get(site, "")
+            if not holder and site not in unnamed:
+                unnamed[site] = ref
+            g = groups[(born, site, holder)]
+            g[0] += 1
+            if (born, site, ptr) not in seen_storage:
+                seen_storage.add((born, site, ptr))
+                g[1] += nb
+            if t.grad_fn is not None:
+                g[2] += 1
+            del t
+        for i in dead:
+            del self.births[i]
+        # name what the root walk did not reach, for sites that survive from two deep steps or more
+        if unnamed and self.referrer_lookups < MAX_REFERRER_LOOKUPS:
+            cohorts_by_site: dict[str, set] = defaultdict(set)
+            for (born, site, holder) in groups:
+                cohorts_by_site[site].add(born)
+            for site, ref in unnamed.items():
+                if len(cohorts_by_site[site]) >= 2 and self.referrer_lookups < MAX_REFERRER_LOOKUPS:
+                    self.referrer_lookups += 1
+                    name = name_by_referrers(ref)
+                    if name:
+                        self.named_sites[site] = name
+                        for key in [k for k in groups if k[1] == site and not k[2]]:
+                            vals = groups.pop(key)
+                            g = groups[(key[0], site, name)]
+                            for j in range(3):
+                                g[j] += vals[j]
+        cohorts = [{"born": b, "site": s, "holder": h, "count": v[0], "bytes": v[1], "grad": v[2]}
+                   for (b, s, h), v in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[1][1]))]
+        # keep the newest cohorts only
+        borns = sorted({e[1] for e in self.births.values() if e[1] is not None})
+        if len(borns) > MAX_COHORTS:
+            cut = borns[-MAX_COHORTS]
+            for i in [i for i, e in self.births.items() if e[1] is not None and e[1] < cut]:
+                del self.births[i]
+        self.ctx.emit("births", {"step": step, "cohorts": cohorts[:200]})
+
+    def _check_saved(self, step: int, ptrs: set[int]) -> None:
+        alive: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+        keep = []
+        seen: set[int] = set()
+        for entry in self.saved:
+            ref, born, ptr, nb, site = entry
+            if ref() is None:
+                continue
+            keep.append(entry)
+            if born is None or step - born < 2 or ptr in ptrs:
+                continue
+            a = alive[(born, site)]
+            a[0] += 1
+            if ptr not in seen:
+                seen.add(ptr)
+                a[1] += nb
+        self.saved = keep
+        tagged = {str(k): v for k, v in self.saved_tagged.items()}
+        self.ctx.emit("saved", {"step": step, "cohorts": [{"born": b, "site": s, "count": c, "bytes": nb}
+                                                          for (b, s), (c, nb) in sorted(alive.items())],
+                                "tagged": tagged})
+        if len(self.saved_tagged) > MAX_COHORTS:
+            for k in sorted(self.saved_tagged)[:-MAX_COHORTS]:
+                del self.saved_tagged[k]
+
+    def stop(self) -> None:
+        self._end_tagging()
+        self.births = {}
+        self.saved = []
+        if hasattr(self, "ages"):
+            self.ages.clear()
+
+
+def name_by_referrers(ref, depth: int = 4) -> str:
+    """A name for what holds a tensor that the root walk did not reach, from gc referrers (costly)."""
+    t = ref()
+    if t is None:
+        return ""
+    target: Any = t
+    del t
+    chain: list[str] = []
+    ignore = {id(chain)}
+    for _ in range(depth):
+        refs = [r for r in gc.get_referrers(target) if id(r) not in ignore and not isinstance(r, type(sys_frame()))]
+        ignore.add(id(refs))
+        found = None
+        for r in refs:
+            if isinstance(r, dict):
+                key = next((k for k, v in r.items() if v is target), None)
+                owners = [o for o in gc.get_referrers(r) if getattr(o, "__dict__", None) is r]
+                if owners:
+                    owner = owners[0]
+                    tname = type(owner).__name__
+                    if isinstance(owner, torch.autograd.function.BackwardCFunction):
+                        tname = tname[:-len("Backward")] if tname.endswith("Backward") else tname
+                        tname += ".ctx"
+                    return ".".join([tname, str(key), *chain]) if key is not None else tname
+                if "__name__" in r and key is not None:  # a module's globals
+                    return ".".join([str(key), *chain])
+                found = r
+                if key is not None:
+                    chain.insert(0, str(key))
+                break
+            if isinstance(r, (list, tuple, set)) and not isinstance(r, type(refs)) or (isinstance(r, list) and r is not refs):
+                found = r
+                break
+        if found is None:
+            return ""
+        target = found
+    return ""
+
+
+def sys_frame():
+    import sys
+    return sys._getframe()

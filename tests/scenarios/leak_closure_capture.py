@@ -1,0 +1,29 @@
+"""Deferred logging callbacks whose closures capture the step's loss and outputs.
+
+Real case: https://github.com/keras-team/keras/issues/23110 ("GPU Memory leak in torch backend:
+closure captures tensor containers") and https://github.com/pytorch/pytorch/issues/51883
+("Memory leak when using lambda in class"): closures keep the tensors they capture alive.
+"""
+import torch
+from torch import nn
+
+from ._common import MLP, batch, seed
+
+EXPECTED = {"verdict": "leak", "kind": "surviving_tensors", "location": "pending_logs", "top": 1}
+
+
+def run(tracker_factory, steps=30):
+    g = seed(9)
+    model = MLP(hidden=128)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    pending_logs = []
+    with tracker_factory(model, optimizer=opt) as tracker:
+        for step in range(steps):
+            x, y = batch(g)
+            logits = model(x)
+            loss = nn.functional.cross_entropy(logits, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            pending_logs.append(lambda: {"loss": loss, "logits": logits})  # the leak: never flushed
+            tracker.step()

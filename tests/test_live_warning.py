@@ -1,0 +1,69 @@
+"""The live early warning: one log warning and one on_leak call as soon as a leak is confirmed."""
+import logging
+
+import pytest
+import torch
+
+import memleak
+
+STEPS = 200
+
+
+def loop(tracker, leak: bool, steps: int = STEPS):
+    kept = []
+    for _ in range(steps):
+        x = torch.randn(256, 256)  # 256 KiB
+        y = (x @ x).relu()
+        if leak:
+            kept.append(y)
+        tracker.step()
+    return kept
+
+
+@pytest.mark.parametrize("level", ["counters", "full"])
+def test_a_long_leaking_run_warns_exactly_once_with_the_projected_oom_step(caplog, level):
+    calls = []
+    caplog.set_level(logging.WARNING, logger="memleak")
+    with memleak.track(level=level, budget="2 GiB", on_leak=calls.append) as tracker:
+        loop(tracker, leak=True)
+    warnings = [r for r in caplog.records if r.name == "memleak" and r.levelno == logging.WARNING
+                and "leak confirmed" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
+    message = warnings[0].getMessage()
+    assert "runs out of memory in about" in message and "more steps" in message, message
+    assert "per step" in message
+    assert len(calls) == 1
+    growth = calls[0]
+    assert growth.leak and growth.slope > 100 * 1024 and growth.steps_to_full > 0
+    assert tracker.leak_confirmed
+    # the warning comes early, not at the end of the run
+    step = int(message.split("at step ")[1].split(":")[0])
+    assert step < STEPS // 2
+    # and the run file says so too
+    events = [e for e in tracker.run().events if e.get("event") == "leak_confirmed"]
+    assert len(events) == 1 and events[0]["step"] == step
+
+
+def test_a_clean_run_never_warns(caplog):
+    calls = []
+    caplog.set_level(logging.WARNING, logger="memleak")
+    with memleak.track(level="counters", budget="2 GiB", on_leak=calls.append) as tracker:
+        loop(tracker, leak=False)
+    assert not [r for r in caplog.records if r.name == "memleak" and r.levelno >= logging.WARNING]
+    assert calls == []
+    assert not tracker.leak_confirmed
+
+
+def test_on_leak_may_stop_the_run(caplog):
+    class Stop(Exception):
+        pass
+
+    def stop(growth):
+        raise Stop(growth.steps_to_full)
+
+    caplog.set_level(logging.WARNING, logger="memleak")
+    with pytest.raises(Stop):
+        with memleak.track(level="counters", budget="2 GiB", on_leak=stop) as tracker:
+            loop(tracker, leak=True)
+    assert not tracker.active  # every hook removed despite the exception
+    assert len(tracker.run().steps) < STEPS
