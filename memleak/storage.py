@@ -140,6 +140,7 @@ class RunWriter(RecordSink):
         self._columns: list[str] = []
         self._index: dict[str, int] = {}
         self._floats: set[str] = set()
+        self._layout_written = False
 
     @property
     def records(self) -> list[dict]:
@@ -149,52 +150,78 @@ class RunWriter(RecordSink):
         return records
 
     def step(self, values: dict[str, Any]) -> None:
-        values = _prepare(values)
-        last = self._last_step
-        numbers_: dict[str, Any] = {}
+        """One iteration's values, written as a change mask and the values that changed."""
+        # 1. every value as a plain int/float/None (else the step goes out as a plain record)
+        items: list[tuple[str, Any]] = []
         for k, v in values.items():
-            n = _as_number(v)
-            if n is _MISSING:  # not a number: this step goes out as a plain record
-                delta = {k: v for k, v in values.items() if k == "step" or last.get(k, _MISSING) != v}
-                last.update(values)
-                self._emit({"type": STEP, **delta})
-                return
-            numbers_[k] = n
+            t = type(v)
+            if t is float:
+                if v - v != 0.0:  # NaN or +-inf
+                    v = None
+                elif k in _SIG_DIGITS:
+                    v = _round_sig(v, _SIG_DIGITS[k])
+            elif t is not int or not -_EXACT_INT < v < _EXACT_INT:
+                if v is not None:
+                    v = _as_number(v)
+                    if v is _MISSING:
+                        self._plain_step(values)
+                        return
+                    if type(v) is float and k in _SIG_DIGITS:
+                        v = _round_sig(v, _SIG_DIGITS[k])
+            items.append((k, v))
+        # 2. the layout grows with new columns (and ints that become floats)
+        index, floats, last = self._index, self._floats, self._last_step
         grew = False
-        for k, v in numbers_.items():
-            if k not in self._index:
-                self._index[k] = len(self._columns)
+        for k, v in items:
+            if k not in index:
+                index[k] = len(self._columns)
                 self._columns.append(k)
                 grew = True
-            if type(v) is float and k not in self._floats:
-                self._floats.add(k)
+            if type(v) is float and k not in floats:
+                floats.add(k)
                 grew = True
-        if grew:
+        if grew or not self._layout_written:
+            self._layout_written = True
             self._emit({"type": LAYOUT, "columns": list(self._columns),
-                        "floats": [c for c in self._columns if c in self._floats]})
-        n_masks = -(-len(self._columns) // MASK_BITS)
-        masks = [0] * n_masks
-        out: list[Any] = []
-        prev_step = last.get("step", _MISSING)
-        for j, k in enumerate(self._columns):
+                        "floats": [c for c in self._columns if c in floats]})
+        # 3. the mask and the values that changed, in column order
+        mask = 0
+        changed: list[tuple[int, Any]] = []
+        has_step = False
+        for k, v in items:
             if k == "step":
-                v = numbers_.get("step", prev_step)
-                implied = prev_step + 1 if isinstance(prev_step, (int, float)) else _MISSING
-                if v is _MISSING or (implied is not _MISSING and v == implied and type(v) is type(implied)):
+                has_step = True
+                prev = last.get("step", _MISSING)
+                if prev is not _MISSING and prev is not None and type(v) is type(prev) and v == prev + 1:
+                    last["step"] = v
                     continue
-            elif k not in numbers_:
-                continue
             else:
-                v = numbers_[k]
                 old = last.get(k, _MISSING)
-                if old is not _MISSING and old == v and type(old) is type(v):
+                if old is not _MISSING and type(old) is type(v) and old == v:
                     continue
-            masks[j // MASK_BITS] |= 1 << (j % MASK_BITS)
-            out.append(v)
-        if "step" in self._index and "step" not in numbers_ and prev_step is not _MISSING:
-            numbers_["step"] = prev_step  # absent: kept its value (written explicitly above)
-        last.update(numbers_)
-        self._write(json.dumps(masks + out, separators=(",", ":")))
+            j = index[k]
+            mask |= 1 << j
+            changed.append((j, v))
+            last[k] = v
+        if not has_step and "step" in index:  # absent: it kept its value, which the reader must be told
+            j = index["step"]
+            mask |= 1 << j
+            changed.append((j, last["step"]))
+        changed.sort()
+        if len(self._columns) <= MASK_BITS:
+            head = str(mask)
+        else:
+            n_masks = _n_masks(len(self._columns))
+            head = ",".join(str(mask >> (MASK_BITS * i) & ((1 << MASK_BITS) - 1)) for i in range(n_masks))
+        body = ",".join(["null" if v is None else repr(v) for _, v in changed])
+        self._write(f"[{head},{body}]" if body else f"[{head}]")
+
+    def _plain_step(self, values: dict[str, Any]) -> None:
+        values = {k: v if (n := _as_number(v)) is _MISSING else n for k, v in _prepare(values).items()}
+        last = self._last_step
+        delta = {k: v for k, v in values.items() if k == "step" or last.get(k, _MISSING) != v}
+        last.update(values)
+        self._emit({"type": STEP, **delta})
 
     def _emit(self, rec: dict) -> None:
         self._write(json.dumps(rec, separators=(",", ":"), default=str))
@@ -255,10 +282,15 @@ def _split_lines(data: bytes) -> tuple[list[bytes], bool]:
     return lines, ends_cleanly
 
 
+def _n_masks(n_columns: int) -> int:
+    return max(1, -(-n_columns // MASK_BITS))
+
+
 class _Layout:
     def __init__(self) -> None:
         self.columns: list[str] = []
         self.floats: set[str] = set()
+        self.seen = False
 
     def update(self, rec: dict) -> None:
         cols = rec.get("columns")
@@ -266,12 +298,13 @@ class _Layout:
             raise ValueError("a layout record must list the step columns, extending the previous layout")
         self.columns = list(cols)
         self.floats = set(rec.get("floats") or ())
+        self.seen = True
 
     def decode(self, arr: list, last: dict[str, Any]) -> dict:
         """A long-form step record from one array line."""
-        if not self.columns:
+        if not self.seen:
             raise ValueError("a step array before any layout record")
-        n_masks = -(-len(self.columns) // MASK_BITS)
+        n_masks = _n_masks(len(self.columns))
         masks = arr[:n_masks]
         if len(masks) != n_masks or not all(type(m) is int and 0 <= m < (1 << MASK_BITS) for m in masks):
             raise ValueError("a step array must start with its change mask")
@@ -418,6 +451,8 @@ def _read_fast(path: Path, data: bytes) -> Run | None:
         steps = _decode_arrays(data, n_arr, layouts, data.count(b",") - obj_chars[b","])
         if steps is None:
             return None
+        if steps.empty:
+            steps = _empty_steps()
     return Run(meta, steps, events, others, path=str(path), truncated=truncated, problems=problems)
 
 
@@ -428,7 +463,7 @@ def _decode_arrays(data: bytes, n: int, layouts: list[tuple[int, list[str], set[
     for i, (start, cols, _) in enumerate(layouts):
         stop = layouts[i + 1][0] if i + 1 < len(layouts) else n
         c_row[start:stop] = len(cols)
-    k_row = -(-c_row // MASK_BITS)
+    k_row = np.maximum(1, -(-c_row // MASK_BITS))
     width = int((k_row + c_row).max())
     try:
         table = pd.read_csv(io.BytesIO(data.translate(None, b"[]")), header=None, names=range(width),
@@ -460,16 +495,18 @@ def _decode_arrays(data: bytes, n: int, layouts: list[tuple[int, list[str], set[
         set_rows = rows[bit]
         vals = a[rank[set_rows], set_rows]
         rank += bit
-        col = np.full(n, np.nan)
         if name == "step":
-            col[set_rows] = vals - set_rows  # an unset step is the previous one plus one
+            vals = vals - set_rows  # an unset step is the previous one plus one
+        if len(set_rows) == n:  # changed at every step: nothing to carry forward
+            col = vals
         else:
+            col = np.full(n, np.nan)
             col[set_rows] = vals
-        idx = np.where(bit, rows, -1)
-        np.maximum.accumulate(idx, out=idx)
-        col = np.where(idx >= 0, col[idx], np.nan)
+            idx = np.where(bit, rows, -1)
+            np.maximum.accumulate(idx, out=idx)
+            col = col[idx] if bit[0] else np.where(idx >= 0, col[idx], np.nan)
         if name == "step":
-            col += rows
+            col = col + rows
         if name not in floats and not np.isnan(col).any():
             col = col.astype(np.int64)
         out[name] = col

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 
 from .schema import Finding, Kind, Suspect
 
@@ -38,14 +39,26 @@ def merge(findings: list[Finding]) -> Suspect:
     )
 
 
+#: Kinds that name what keeps memory alive; growth kinds only say that memory grows.
+CULPRITS = (Kind.RETAINED_GRAPH, Kind.CACHED_TENSOR, Kind.SURVIVING_TENSORS)
+GENERIC = (Kind.LINEAR_GROWTH,)
+
+
 def score(s: Suspect) -> tuple:
-    return (s.leak, s.confidence * SPECIFICITY.get(s.kind, 0.5), s.total_bytes)
+    # a leaking culprit explains the growth it causes: it ranks above any generic growth suspect
+    return (s.leak, s.leak and s.kind in CULPRITS, s.confidence * SPECIFICITY.get(s.kind, 0.5), s.total_bytes)
 
 
 def rank(findings: list[Finding]) -> list[Suspect]:
-    """Suspects, most likely culprit first: leaks before other findings, then by
-    specificity-weighted confidence, then by bytes."""
+    """Suspects, most likely culprit first: leaks before other findings, named culprits
+    before generic growth, then by specificity-weighted confidence, then by bytes."""
     groups: "OrderedDict[str, list[Finding]]" = OrderedDict()
     for f in findings:
         groups.setdefault(f.location, []).append(f)
-    return sorted((merge(g) for g in groups.values()), key=score, reverse=True)
+    ranked = sorted((merge(g) for g in groups.values()), key=score, reverse=True)
+    culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
+    if not culprits:
+        return ranked
+    names = ", ".join(s.location for s in culprits[:3])
+    note = f"explained by the culprit{'s' if len(culprits) > 1 else ''} above ({names})"
+    return [replace(s, evidence=(*s.evidence, note)) if s.leak and s.kind in GENERIC else s for s in ranked]

@@ -11,7 +11,7 @@ pytest.importorskip("accelerate")  # Trainer needs it
 import memleak  # noqa: E402
 from memleak.integrations.huggingface import MemleakCallback  # noqa: E402
 
-LEVEL = "counters"
+LEVEL = "full"
 
 
 class Tokens(torch.utils.data.Dataset):

@@ -67,3 +67,38 @@ def test_on_leak_may_stop_the_run(caplog):
             loop(tracker, leak=True)
     assert not tracker.active  # every hook removed despite the exception
     assert len(tracker.run().steps) < STEPS
+
+
+def test_a_failing_live_check_never_breaks_the_loop(caplog, monkeypatch):
+    import memleak.detect.growth as growth
+
+    def broken(run, column=None):
+        raise ZeroDivisionError("detector bug")
+
+    monkeypatch.setattr(growth, "analyze_growth", broken)
+    caplog.set_level(logging.WARNING, logger="memleak")
+    with memleak.track(level="counters") as tracker:
+        loop(tracker, leak=False, steps=60)
+    failures = [r for r in caplog.records if "live leak check failed" in r.getMessage()]
+    assert len(failures) == 1  # said once, then turned off
+    assert len(tracker.run().steps) == 60
+
+
+def test_the_live_check_does_not_disturb_the_memory_it_measures():
+    # In a fresh process: the first live check (step 16) must not import pandas/scipy mid-run,
+    # which would add ~20 MiB to the C heap this run measures on CPU.
+    import subprocess
+    import sys
+    code = (
+        "import torch, memleak\n"
+        "with memleak.track(level='counters') as t:\n"
+        "    for _ in range(30):\n"
+        "        torch.randn(64, 64) @ torch.randn(64, 64)\n"
+        "        t.step()\n"
+        "s = t.run().steps\n"
+        "print(s['heap_bytes'].diff().abs().max() if 'heap_bytes' in s else -1)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    jump = float(out.strip().splitlines()[-1])
+    if jump < 0:
+        pytest.skip("no C-heap counter on this platform")
+    assert jump < 2 * 2**20, f"the heap jumped by {jump / 2**20:.1f} MiB in one step of a clean loop"

@@ -96,7 +96,18 @@ def _per_step(x: float) -> str:
 
 
 # ---------------------------------------------------------------- fixes
-def _fix(kind: Kind, holder: str, hkind: str, chained: bool, has_grad: bool, saved_growing: bool) -> str:
+def _fix(kind: Kind, holder: str, hkind: str, chained: bool, has_grad: bool, saved_growing: bool,
+         same_object: bool | None = None) -> str:
+    if kind == Kind.RETAINED_GRAPH and chained and same_object:
+        return (f"`{holder}` is updated in place with every step's result (like `{holder} += loss`), which chains "
+                f"each step's autograd graph to the previous one, so none is ever freed: accumulate a Python "
+                f"number (`{holder} += loss.item()`) or a detached tensor (`{holder} += loss.detach()`).")
+    if kind == Kind.RETAINED_GRAPH and chained and same_object is False:
+        return (f"`{holder}` is recomputed every step from its previous value without `.detach()`, which chains "
+                f"each step's autograd graph to the previous one, so none is ever freed: carry a detached value "
+                f"into the next step (`{holder} = {holder}.detach()`, for an RNN hidden state `h = h.detach()` "
+                f"after each backward; a running statistic under `torch.no_grad()`), and call `backward()` "
+                f"without `retain_graph=True`.")
     if kind == Kind.RETAINED_GRAPH and chained:
         return (f"`{holder}` links each step's autograd graph to the previous one, so no graph is ever freed. "
                 f"Accumulate a Python number instead (`{holder} += loss.item()`), or cut the link with "
@@ -147,13 +158,22 @@ def detect(run: Run) -> list[Finding]:
         for row in r.get("holders", []):
             hkinds.setdefault(row["holder"], row.get("kind", ""))
 
+    carried: dict[str, int] = defaultdict(int)
+    for r in run.records.get("carried", []):
+        for h in r.get("holders", []):
+            carried[h] += 1
     saved_info = _saved_growth(saved)
-    _holder_findings(holders, hkinds, saved_info, findings)
+    _holder_findings(holders, hkinds, saved_info, findings, carried)
     _buffer_findings(holders, findings)
     _birth_findings(births, holders, hkinds, findings)
     if saved_info is not None:
         _attach_saved(saved_info, findings, hkinds)
+    if carried:  # a chained graph that is not carried into the next step only hangs off the carried one
+        for loc, f in findings.items():
+            if f.get("data", {}).get("chained") and loc not in carried:
+                f["confidence"] = min(f["confidence"], 0.7)
     _module_evidence(modules, findings)
+    _merge_siblings(findings)
     out = []
     for loc, f in findings.items():
         out.append(Finding(detector=NAME, kind=f["kind"], location=loc, bytes_per_step=float(f["bps"]),
@@ -171,7 +191,7 @@ def _new(findings, loc, **kw) -> dict:
     return f
 
 
-def _holder_findings(holders, hkinds, saved_info, findings) -> None:
+def _holder_findings(holders, hkinds, saved_info, findings, carried) -> None:
     if len(holders) < MIN_SAMPLES:
         return
     steps, by = _series(holders, "holders")
@@ -192,23 +212,27 @@ def _holder_findings(holders, hkinds, saved_info, findings) -> None:
         has_grad = grad[-1] > 0
         chained = n_tr is not None and c_tr is None
         saved_growing = saved_info is not None and has_grad
-        if hkind in ("module_attr", "buffer"):
+        if chained:
+            kind = Kind.RETAINED_GRAPH
+        elif hkind in ("module_attr", "buffer"):
             kind = Kind.CACHED_TENSOR
-        elif chained or (saved_growing and (c_tr or n_tr)):
+        elif saved_growing and (c_tr or n_tr):
             kind = Kind.RETAINED_GRAPH
         else:
             kind = Kind.SURVIVING_TENSORS
-        tr = c_tr or b_tr or n_tr
         bps = (b_tr["slope"] if b_tr else 0.0) or (nbytes[-1] - nbytes[0]) / max(1, steps[-1] - steps[0])
         f = _new(findings, name, kind=kind)
         f.update(kind=kind, leak=True, confidence=max(f["confidence"], max(t["confidence"] for t in (c_tr, b_tr, n_tr) if t)),
                  bps=max(f["bps"], bps), total=max(f["total"], nbytes[-1]),
-                 fix=_fix(kind, name, hkind, chained, has_grad, saved_growing),
+                 fix=_fix(kind, name, hkind, chained, has_grad, saved_growing,
+                          same_object=(old[-1] > 0) if chained else None),
                  data={**f["data"], "holder_kind": hkind, "steps": steps, "count": count, "bytes": nbytes,
-                       "nodes": nodes})
+                       "nodes": nodes, "chained": chained, "carried": name in carried})
         where = {"module_attr": "the module attribute", "buffer": "the buffer", "closure": "the closure variable",
                  "class_attr": "the class attribute", "global": "the global", "local": "the variable",
                  "hook": "the hook object"}.get(hkind, "")
+        if "." in name and hkind in ("local", "global"):
+            where = "the attribute"
         size = fmt_bytes(nbytes[-1])
         if c_tr:
             f["evidence"].append(
@@ -219,6 +243,15 @@ def _holder_findings(holders, hkinds, saved_info, findings) -> None:
             f["evidence"].append(
                 f"{where + ' ' if where else ''}{name} grows from {fmt_bytes(nbytes[0])} at step {steps[0]} to {size} "
                 f"at step {steps[-1]} ({fmt_bytes(bps)} per step) while holding {_count_words(count[-1])}")
+        if chained and carried:
+            if name in carried:
+                f["confidence"] = max(f["confidence"], 0.95)
+                f["evidence"].append(
+                    f"{name} from one step is an input to the next step's computation (seen on {carried[name]} "
+                    f"sampled step(s)): the carried tensor chains each step's graph to the previous one")
+            else:
+                others = ", ".join(sorted(carried)[:3])
+                f["evidence"].append(f"its graph includes the chain carried from step to step by {others}")
         if n_tr:
             capped = " (counted up to the cap)" if cap_at is not None else ""
             f["evidence"].append(
@@ -253,58 +286,112 @@ def _buffer_findings(holders, findings) -> None:
                              f"{fmt_bytes(vals[-1])} at step {steps[-1]} ({fmt_bytes(tr['slope'])} per step)")
 
 
+def _alive_by_key(record) -> dict[tuple[str, str], dict[int, dict]]:
+    groups: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
+    for c in record.get("cohorts", []):
+        groups[(c["site"], c.get("holder") or "")][c["born"]] = c
+    return groups
+
+
+def _accumulating(alive: list[int], eligible: list[int], step: int) -> bool:
+    """Tensors from most sampled steps since the start are alive, the oldest among them."""
+    if len(eligible) < MIN_COHORTS or len(alive) < MIN_COHORTS:
+        return False
+    oldest_kept = alive[0] <= eligible[min(1, len(eligible) - 1)]
+    return len(alive) / len(eligible) >= MIN_SURVIVING_SHARE and oldest_kept and step - alive[0] >= 6
+
+
 def _birth_findings(births, holders, hkinds, findings) -> None:
     if not births:
         return
     deep = sorted({r["step"] for r in holders}) or sorted({c["born"] for r in births for c in r.get("cohorts", [])})
+
+    def eligible_at(s):
+        return [d for d in deep if d <= s - 2][-12:]
+
+    per_record = [_alive_by_key(r) for r in births]
     last = births[-1]
     s = last["step"]
-    eligible = [d for d in deep if d <= s - 2][-12:]
-    if len(eligible) < MIN_COHORTS:
-        return
-    groups: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
-    for c in last.get("cohorts", []):
-        groups[(c["site"], c.get("holder") or "")][c["born"]] = c
-    # how many cohorts each key had alive on each record: growth of that number is accumulation
-    history: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * len(births))
-    for i, r in enumerate(births):
-        seen = defaultdict(set)
-        for c in r.get("cohorts", []):
-            seen[(c["site"], c.get("holder") or "")].add(c["born"])
-        for k, v in seen.items():
-            history[k][i] = len(v)
-    for (site, holder), cohorts in groups.items():
+    eligible = eligible_at(s)
+    # Survivors that accumulated, then all died at once when Python's cyclic garbage collector ran:
+    # a reference cycle (through autograd, a closure, a ctx) frees them only then.
+    cyclic: dict[tuple[str, str], tuple[int, int, int]] = {}
+    # Only for survivors no root reached (a name from gc referrers at most): a named container
+    # emptied at once is a reset (an epoch's metric), not a cycle. Accumulation is judged since the
+    # last such mass death: the collector may run every few steps.
+    last_death: dict[tuple[str, str], int] = {}
+    for i in range(1, len(births)):
+        prev, cur = births[i - 1], births[i]
+        for key, cohorts in per_record[i - 1].items():
+            if key[1] and key[1] in hkinds:
+                continue
+            el = [d for d in eligible_at(prev["step"]) if d > last_death.get(key, -1)]
+            before = sorted(b for b in cohorts if b in el)
+            after = [b for b in per_record[i].get(key, {}) if b in before]
+            if len(before) >= MIN_COHORTS and len(after) <= max(1, len(before) // 4):
+                last_death[key] = prev["step"]
+                if _accumulating(before, el, prev["step"]):
+                    n, _, times = cyclic.get(key, (0, 0, 0))
+                    cyclic[key] = (max(n, len(before)), cur["step"], times + 1)
+    keys = set(per_record[-1]) | set(cyclic)
+    for key in keys:
+        site, holder = key
+        cohorts = per_record[-1].get(key, {})
         alive = sorted(b for b in cohorts if b in eligible)
-        if len(alive) < MIN_COHORTS:
+        gc_freed = key in cyclic
+        if not (_accumulating(alive, eligible, s) or gc_freed):
             continue
-        share = len(alive) / len(eligible)
-        oldest_kept = alive[0] <= eligible[min(1, len(eligible) - 1)]
-        if share < MIN_SURVIVING_SHARE or not oldest_kept or s - alive[0] < 6:
-            continue
-        per = [cohorts[b]["bytes"] for b in alive]
-        counts = [cohorts[b]["count"] for b in alive]
-        grads = sum(cohorts[b]["grad"] for b in alive)
+        if gc_freed and not _accumulating(alive, eligible, s):
+            # describe the accumulation seen before the collection
+            n_before, at, _ = cyclic[key]
+            src = next(per_record[i - 1][key] for i in range(len(births) - 1, 0, -1)
+                       if key in per_record[i - 1] and births[i]["step"] == at)
+        else:
+            src = cohorts
+        per = [c["bytes"] for c in src.values()]
+        counts = [c["count"] for c in src.values()]
+        grads = sum(c["grad"] for c in src.values())
         bps = float(np.median(per))
+        graphs = [(l, g) for l, g in findings.items() if g.get("leak") and g["kind"] == Kind.RETAINED_GRAPH]
+        if not holder and graphs and not gc_freed:
+            # kept alive by a retained autograd graph (saved for backward), not by a name: that graph's evidence
+            l, g = max(graphs, key=lambda lg: lg[1]["confidence"])
+            g["evidence"].append(
+                f"tensors created at {site} on {len(alive)} of the last {len(eligible)} sampled steps are still "
+                f"alive at step {s}, reachable only through the autograd graph ({fmt_bytes(bps)} per step)")
+            g["bps"] = max(g["bps"], bps)
+            continue
         loc = holder or site
-        hkind = hkinds.get(holder, "unreachable" if not holder else "")
+        hkind = hkinds.get(holder, "unreachable" if not holder else "referrer")
         if ".ctx." in holder:
             hkind = "autograd_ctx"
         kind = Kind.CACHED_TENSOR if hkind in ("module_attr", "buffer") else Kind.SURVIVING_TENSORS
         f = findings.get(loc)
-        conf = 0.55 + 0.4 * min(1.0, share) * min(1.0, len(alive) / 6)
+        if gc_freed and not _accumulating(alive, eligible, s):
+            conf = 0.7 + 0.1 * min(2, cyclic[key][2])
+        else:
+            share = len(alive) / len(eligible)
+            conf = 0.55 + 0.4 * min(1.0, share) * min(1.0, len(alive) / 6)
         if f is None:
             f = _new(findings, loc, kind=kind)
             f.update(fix=_fix(kind, loc, hkind, False, grads > 0, False), kind=kind)
         f["leak"] = True
         f["confidence"] = max(f["confidence"], conf)
         f["bps"] = max(f["bps"], bps)
-        total_alive = sum(per)
-        f["total"] = max(f["total"], total_alive)
-        held = f"held by {holder}" if holder else "held by nothing memleak could name (not a variable, attribute or container it reached)"
-        f["evidence"].append(
-            f"tensors created at {site} on {len(alive)} of the last {len(eligible)} sampled steps are still alive at "
-            f"step {s} (the oldest from step {alive[0]}, {s - alive[0]} steps ago): about {np.median(counts):.0f} "
-            f"tensor(s) of {fmt_bytes(bps)} from each step, {held}")
+        f["total"] = max(f["total"], sum(per))
+        held = (f"held by {holder}" if holder else
+                "held by nothing memleak could name (not a variable, attribute or container it reached)")
+        if alive:
+            f["evidence"].append(
+                f"tensors created at {site} on {len(alive)} of the last {len(eligible)} sampled steps are still "
+                f"alive at step {s} (the oldest from step {alive[0]}, {s - alive[0]} steps ago): about "
+                f"{np.median(counts):.0f} tensor(s) of {fmt_bytes(bps)} from each step, {held}")
+        if key in cyclic:
+            n_before, at, times = cyclic[key]
+            f["evidence"].append(
+                f"tensors from up to {n_before} sampled steps, reachable from no variable, were freed all at once "
+                f"({times} time(s), the last before step {at}): Python's cyclic garbage collector freed a reference cycle that held them; "
+                f"memory grows between collections, and the collector does not run on device-memory pressure")
         f["data"].setdefault("sites", []).append(site)
 
 
@@ -338,11 +425,12 @@ def _attach_saved(info, findings, hkinds) -> None:
              (Kind.RETAINED_GRAPH, Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
              and max(f.get("data", {}).get("nodes", [0]) or [0]) > 0]
     if cands:
-        loc, f = max(cands, key=lambda lf: (lf[1]["kind"] == Kind.RETAINED_GRAPH, max(lf[1]["data"]["nodes"])))
+        loc, f = max(cands, key=lambda lf: (bool(lf[1]["data"].get("carried")), lf[1]["kind"] == Kind.RETAINED_GRAPH,
+                                            max(lf[1]["data"]["nodes"])))
         if f["kind"] != Kind.CACHED_TENSOR:
             f["kind"] = Kind.RETAINED_GRAPH
-            chained = f["fix"].startswith(f"`{loc}` links")
-            f["fix"] = _fix(Kind.RETAINED_GRAPH, loc, hkinds.get(loc, ""), chained, True, True)
+            if not f["data"].get("chained"):
+                f["fix"] = _fix(Kind.RETAINED_GRAPH, loc, hkinds.get(loc, ""), False, True, True)
         f["evidence"].append(ev)
         f["bps"] = f["bps"] + max(bps, 0.0)
         f["total"] = f["total"] + totals[-1]
@@ -396,3 +484,24 @@ def _module_evidence(modules, findings) -> None:
                 steps = max(1, last.get("steps", 1))
                 f["evidence"].append(f"{owner} runs its forward {r[1] / steps:.0f} time(s) per step, "
                                      f"allocating {fmt_bytes(r[2])} per step")
+
+
+def _merge_siblings(findings) -> None:
+    """Attributes of one object that grow together (a metric's ``preds`` and ``target``) are one
+    cause: the biggest keeps its location and takes the others' evidence."""
+    by_parent: dict[str, list[str]] = defaultdict(list)
+    for loc, f in findings.items():
+        if f.get("leak") and "." in loc and ":" not in loc and f["kind"] in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR):
+            by_parent[loc.rsplit(".", 1)[0]].append(loc)
+    for parent, locs in by_parent.items():
+        if len(locs) < 2:
+            continue
+        locs.sort(key=lambda l: (-findings[l]["bps"], l))
+        keep = findings[locs[0]]
+        for other in locs[1:]:
+            f = findings.pop(other)
+            keep["evidence"].append(f"{other}, another attribute of {parent}, grows with it:")
+            keep["evidence"].extend(f["evidence"][:2])
+            keep["bps"] += f["bps"]
+            keep["total"] += f["total"]
+            keep["confidence"] = max(keep["confidence"], f["confidence"])

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from ..run import Run
 from ..schema import Finding, Kind
 from ..units import fmt_bytes
+from .trend import bin_series, kendall, theil
 
 NAME = "fragmentation"
 
@@ -74,12 +74,12 @@ def steady_growth(y: np.ndarray) -> Growth | None:
     n = len(y)
     if n < MIN_STEPS:
         return None
-    x = np.arange(n, dtype=float)
-    slope = float(stats.theilslopes(y, x)[0])
-    tau, p = stats.kendalltau(x, y)
-    tau, p = (0.0, 1.0) if np.isnan(tau) else (float(tau), float(p))
-    half = n // 2
-    halves = [float(stats.theilslopes(y[s], x[s])[0]) for s in (slice(0, half), slice(half, n))]
+    _, x, y = bin_series(np.arange(n, dtype=float), y)
+    slope = theil(x, y)[0]
+    tau, p = kendall(x, y)
+    tau, p = (0.0, 1.0) if np.isnan(tau) else (tau, p)
+    half = len(y) // 2
+    halves = [theil(x[s], y[s])[0] for s in (slice(0, half), slice(half, None))]
     steady = p < ALPHA and tau >= MIN_TAU and slope > 0 and min(halves) >= 0.3 * slope
     return Growth(slope, tau, p, slope * (n - 1), steady)
 
@@ -178,7 +178,7 @@ def detect(run: Run) -> list[Finding]:
     if allocated is not None:
         creep = steady_growth(reserved[start:] - allocated[start:])
         if creep and creep.steady and creep.rise >= MIN_GROWTH:
-            alloc_slope = float(stats.theilslopes(allocated[start:])[0])
+            alloc_slope = theil(np.arange(len(allocated) - start, dtype=float), allocated[start:])[0]
             signals["creep"] = _Signal(
                 f"the cache (reserved minus allocated) grew {fmt_bytes(creep.slope)}/step over "
                 f"{len(reserved) - start} steps (Kendall tau {creep.tau:.2f}, p={creep.p:.1g}) while allocated "

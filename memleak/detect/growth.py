@@ -4,16 +4,17 @@ Pure over ``run.steps``; docs/detectors-growth.md explains how it decides and wh
 the thresholds are what they are. In short:
 
 1. Long series are binned (medians) to at most MAX_POINTS points, which keeps
-   Theil-Sen (quadratic in the points) fast and makes noise average out.
-2. The warm-up is found from the data: a robust line is fitted to the second
-   half, and the warm-up is the prefix whose points are mostly outliers to it
-   (a step-up from optimizer state created in the first steps, a cache filling).
-3. The shape after the warm-up: regular large drops make a sawtooth, judged on
-   its per-cycle minima; a lasting release of memory is a drop; otherwise the
-   series itself is judged.
-4. Growth needs all of: a significant Kendall tau, a total rise many times the
-   residual noise and a sizeable share of the level, and a slope present in
-   both halves (a cache decelerates, a step sits in one half only).
+   Theil-Sen (quadratic in the points) fast and averages the noise.
+2. The warm-up is found from the data: the prefix (at most half the series) whose
+   points are mostly outliers to the steady state, i.e. far from robust lines through
+   the second half and through the whole series (optimizer state created in the
+   first steps, a cache filling up).
+3. The shape after the warm-up: regular large drops make a sawtooth, judged on its
+   per-cycle minima; a lasting fall is a release ("drop"); otherwise the series
+   itself is judged.
+4. Growth needs all of: a significant Kendall tau, a rise many times the residual
+   noise and a sizeable share of the level, and a slope kept in both halves (a cache
+   decelerates, a one-off step sits in one half only).
 """
 from __future__ import annotations
 
@@ -35,28 +36,31 @@ MIN_POINTS = 8
 #: Longer series are binned to this many points (Theil-Sen is quadratic in the points).
 MAX_POINTS = 1000
 #: Kendall's tau must be significant at this level.
-ALPHA = 0.01
+ALPHA = 0.001
 #: The rise after the warm-up must be this many times the residual noise (robust SD)...
 NOISE_K = 5.0
 #: ...and this share of the series' level (RSS creeps benignly, so it needs more).
 MIN_REL_GROWTH = 0.005
 MIN_REL_GROWTH_HOST = 0.02
-#: Each half's slope must be at least this share of the whole slope ("keeps its slope"),
-#: and the second half's slope may not fall below KEEP of the first's beyond both
-#: slopes' 95 % intervals (a cache decelerates; a leak keeps its slope).
+#: Each half's slope must be at least SUSTAIN of the whole slope ("keeps its slope"), and
+#: the second half's may not fall below SUSTAIN of the first's, nor below KEEP of it beyond
+#: both slopes' 95 % intervals (a cache decelerates; a leak keeps its slope).
 SUSTAIN = 0.3
 KEEP = 0.5
 #: Warm-up points deviate from the steady-state line by more than this many noise SDs.
 WARMUP_K = 4.0
-#: Warm-ups no longer than max(PLATEAU_POINTS, 10 % of the series) that end in a flat
-#: series are a step-up ("plateau"); longer ones are a filling cache ("bounded").
-PLATEAU_POINTS = 5
+#: A warm-up before a flat series whose STEP_JUMPS largest increments make STEP_SHARE of
+#: its rise is a step-up ("plateau"); a more gradual one is a filling cache ("bounded").
+STEP_JUMPS = 3
+STEP_SHARE = 0.8
 #: A drop is a fall of more than DROP_K step-to-step noise SDs that gives back at
 #: least RELEASE_FRAC of the rise since the previous drop.
 DROP_K = 5.0
 RELEASE_FRAC = 0.5
+#: A release lasts: the median of the LASTING points after it is below that of those before.
+LASTING = 5
 #: Drops spaced this regularly (coefficient of variation of their spacing) make a sawtooth.
-MAX_CYCLE_CV = 0.6
+MAX_CYCLE_CV = 0.35
 #: Noise is never taken as smaller than this share of the level (allocator series are often exact).
 NOISE_FLOOR_REL = 1e-4
 
@@ -108,7 +112,8 @@ class _Trend:
     level: float         # median |value|
     slope_first: float   # Theil-Sen slope of the first half
     slope_second: float  # ... and of the second half
-    decelerating: bool   # the second half's slope is well below the first's, beyond their 95 % intervals
+    decelerating: bool   # the second half's slope is well below the first's
+    step_at: int | None  # where one step up fits the series at least as well as the line, if it does
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,7 @@ def analyze_growth(run: Run, column: str | None = None) -> Growth:
                       f"at least {MIN_POINTS} are needed to judge a trend")
 
     v = _classify(x[w:], y[w:], floor, min_rel)
-    v = _label_warmup(v, y, w)
+    v = _label_warmup(v, y, w, warmup_rows=int(pos[raw_index[w]]))
     first = int(raw_index[w + v.start])
     return _growth(run, column, capacity, v, warmup_rows=int(pos[first]), n_steps=len(y_raw) - first,
                    last_value=float(y_raw[-1]), raw_x=x_raw[first:])
@@ -252,9 +257,24 @@ def _fit(x: np.ndarray, y: np.ndarray, floor: float) -> _Trend:
     h = len(y) // 2
     first, _, low_first, _ = _theil(x[:h], y[:h])
     second, _, _, high_second = _theil(x[h:], y[h:])
-    decelerating = second < KEEP * first and high_second < low_first
+    decelerating = second < SUSTAIN * first or (second < KEEP * first and high_second < low_first)
     return _Trend(slope, intercept, tau, p, noise, slope * float(x[-1] - x[0]), float(np.median(np.abs(y))),
-                  first, second, decelerating)
+                  first, second, decelerating, _step_fit(x, y))
+
+
+def _step_fit(x: np.ndarray, y: np.ndarray) -> int | None:
+    """The index where a single step (two flat levels) fits `y` at least as well as a straight
+    line does, by least squares; None when the line fits better. Short noisy series with one
+    step up look like growth to a rank test; this tells them apart."""
+    y = y - np.median(y)  # keeps the cumulative sums of squares exact
+    n = len(y)
+    s1, s2 = np.cumsum(y), np.cumsum(y * y)
+    k = np.arange(1, n)  # the step comes before y[k]
+    left = s2[k - 1] - s1[k - 1] ** 2 / k
+    right = (s2[-1] - s2[k - 1]) - (s1[-1] - s1[k - 1]) ** 2 / (n - k)
+    best = int(np.argmin(left + right))
+    line = np.polyval(np.polyfit(x - x[0], y, 1), x - x[0])
+    return best + 1 if left[best] + right[best] <= float(np.sum((y - line) ** 2)) else None
 
 
 def _growth_score(t: _Trend, min_rel: float) -> float:
@@ -268,7 +288,7 @@ def _growth_score(t: _Trend, min_rel: float) -> float:
 
 def _sustain_score(t: _Trend) -> float:
     """>= 1 when both halves keep at least SUSTAIN of the slope and it does not decelerate."""
-    if t.slope <= 0 or t.decelerating:
+    if t.slope <= 0 or t.decelerating or t.step_at is not None:
         return 0.0
     return min(t.slope_first, t.slope_second) / (SUSTAIN * t.slope)
 
@@ -297,16 +317,24 @@ def _warmup(x: np.ndarray, y: np.ndarray, floor: float) -> int:
 
 
 def _classify(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float) -> _Verdict:
+    # white noise around a line is at least its step-to-step noise / sqrt(2): measured on the
+    # whole post-warm-up series, this keeps short parts (cycle minima, a late half) from
+    # underestimating their noise
+    floor = max(floor, _step_noise(y) / math.sqrt(2))
     drops, threshold = _drops(y, floor)
-    if len(drops) >= 3 and _regular(drops):
+    if len(drops) >= 3 and _regular(drops, len(y)):
         return _judge_cycles(x, y, drops, floor, min_rel)
-    releases = [j for j in drops if _lasting(y, j, threshold)]
+    # a release is as large as a rise that would count as growth, and lasts
+    size = max(threshold, min_rel * float(np.median(np.abs(y))))
+    releases = [j for j in drops if _lasting(y, j, size)]
     if not releases:
         return _judge(x, y, floor, min_rel)
     j = releases[-1]
     note = (f"memory fell by {fmt_bytes(y[j - 1] - y[j])} at step {x[j]:.0f} "
             f"(from {fmt_bytes(y[j - 1])} to {fmt_bytes(y[j])}) and stayed down: it was released")
-    if len(y) - j >= MIN_POINTS:  # growth may have resumed after the release
+    # growth may have resumed after the release: judge it once it has lasted longer
+    # than the rise before the release did (else it may be just another cycle)
+    if len(y) - j >= MIN_POINTS and len(y) - j > j - (releases[-2] if len(releases) > 1 else 0):
         after = _judge(x[j:], y[j:], floor, min_rel)
         if after.leak:
             return replace(after, start=after.start + j, notes=(note + "; it grows again after that",) + after.notes)
@@ -314,36 +342,49 @@ def _classify(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float) -> _Ve
     return _Verdict("drop", False, 0, t, 0.0, (note,))
 
 
-def _judge(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float, retry: bool = True) -> _Verdict:
-    """Linear growth, a decelerating (bounded) rise, a step (plateau), a fall, or flat."""
+def _judge(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float, late: bool = True) -> _Verdict:
+    """Linear growth, a rise that is not a leak (bounded, plateau), a fall, or flat."""
     t = _fit(x, y, floor)
-    grow, sustain = _growth_score(t, min_rel), _sustain_score(t)
-    score = min(grow, sustain)
+    grow = _growth_score(t, min_rel)
+    score = min(grow, _sustain_score(t))
     if score >= 1:
         return _Verdict("linear", True, 0, t, score)
-    if grow >= 1:
-        if t.decelerating or t.slope_first >= SUSTAIN * t.slope > t.slope_second:
-            return _Verdict("bounded", False, 0, t, score, (
-                f"the slope fell from {fmt_bytes(t.slope_first, signed=True)}/step in the first half to "
-                f"{fmt_bytes(t.slope_second, signed=True)}/step in the second: it saturates, like a cache filling up",))
-        h = len(y) // 2
-        if retry and t.slope_second >= SUSTAIN * t.slope and len(y) - h >= MIN_POINTS:
-            late = _judge(x[h:], y[h:], floor, min_rel, retry=False)
-            if late.leak:  # growth that started late: the first half was still warm-up
-                return replace(late, start=h)
-        return _Verdict("plateau", False, 0, t, score, (
-            "the rise is a step, not steady growth: the two halves are each nearly flat",))
+    h = len(y) // 2
+    if late and t.slope_second > max(t.slope_first, 0) and len(y) - h >= MIN_POINTS:
+        later = _judge(x[h:], y[h:], floor, min_rel, late=False)
+        if later.leak:  # growth that started late: the first half was still warm-up
+            return replace(later, start=later.start + h, notes=later.notes + (
+                f"the growth started after step {x[h]:.0f}; it was flat before",))
+    if grow >= 1 or (t.p < ALPHA and t.tau > 0):
+        return _rise_not_leak(x, y, t, score)
     if _falling(t, min_rel):
         return _Verdict("drop", False, 0, t, 0.0, (
             f"memory falls by {fmt_bytes(-t.slope)}/step: it is being released",))
     return _Verdict("flat", False, 0, t, grow)
 
 
+def _rise_not_leak(x, y, t: _Trend, score: float) -> _Verdict:
+    """Memory went up, but not steadily: it saturates, stepped up once, or is not yet confirmed."""
+    if t.decelerating:
+        return _Verdict("bounded", False, 0, t, score, (
+            f"the slope fell from {fmt_bytes(t.slope_first, signed=True)}/step in the first half to "
+            f"{fmt_bytes(t.slope_second, signed=True)}/step in the second: it saturates, like a cache filling up",))
+    if t.step_at is not None:
+        j = t.step_at
+        rise = float(np.mean(y[j:]) - np.mean(y[:j]))
+        return _Verdict("plateau", False, 0, t, score, (
+            f"memory stepped up by {fmt_bytes(rise)} at step {x[j]:.0f} rather than growing steadily: "
+            "one step fits the series as well as a straight line",))
+    if _growth_score(t, MIN_REL_GROWTH) >= 1:
+        return _Verdict("linear", False, 0, t, score, (
+            "memory grows, but not steadily enough across the two halves to confirm a leak yet",))
+    return _Verdict("bounded", False, 0, t, score, ("memory creeps up, too little to count as growth",))
+
+
 def _drops(y: np.ndarray, floor: float) -> tuple[list[int], float]:
     """Indices j where memory falls from y[j-1] to y[j] by more than the step-to-step noise
     allows, giving back at least RELEASE_FRAC of what it rose since the previous drop."""
-    # up to half the steps of a sawtooth are its own rises and falls: the noise is in the others
-    threshold = max(DROP_K * _noise_sd(np.diff(y), central=0.4), floor)
+    threshold = max(DROP_K * _step_noise(y), floor)
     drops: list[int] = []
     cycle_start = 0
     for j in np.flatnonzero(np.diff(y) < -threshold) + 1:
@@ -354,14 +395,21 @@ def _drops(y: np.ndarray, floor: float) -> tuple[list[int], float]:
     return drops, threshold
 
 
-def _regular(drops: list[int]) -> bool:
+def _step_noise(y: np.ndarray) -> float:
+    """SD of the step-to-step changes. Up to half the steps of a sawtooth or a staircase
+    are its own jumps: the noise is in the others."""
+    return _noise_sd(np.diff(y), central=0.4)
+
+
+def _regular(drops: list[int], n: int) -> bool:
+    """Drops evenly spaced over at least half the series: cycles, not a burst."""
     gaps = np.diff(drops)
-    return bool(gaps.std() <= MAX_CYCLE_CV * gaps.mean())
+    return bool(gaps.std() <= MAX_CYCLE_CV * gaps.mean() and drops[-1] - drops[0] >= n / 2)
 
 
-def _lasting(y: np.ndarray, j: int, threshold: float) -> bool:
-    """The level after the drop stays below the level before it (not a one-step dip or spike)."""
-    return bool(np.median(y[j:j + 3]) < np.median(y[max(j - 3, 0):j]) - threshold)
+def _lasting(y: np.ndarray, j: int, size: float) -> bool:
+    """The level after the drop stays `size` below the level before it: not a dip or a spike."""
+    return bool(np.median(y[j:j + LASTING]) < np.median(y[max(j - LASTING, 0):j]) - size)
 
 
 def _judge_cycles(x, y, drops, floor, min_rel) -> _Verdict:
@@ -373,7 +421,7 @@ def _judge_cycles(x, y, drops, floor, min_rel) -> _Verdict:
     swing = float(np.median(y[np.array(drops) - 1] - y[drops]))
     note = (f"memory rises and falls in cycles of about {period:.0f} steps ({len(drops)} drops of "
             f"{fmt_bytes(swing)}, e.g. gradient accumulation)")
-    minima = _judge(x[low], y[low], floor, min_rel, retry=False) if len(low) >= MIN_POINTS else None
+    minima = _judge(x[low], y[low], floor, min_rel, late=False) if len(low) >= MIN_POINTS else None
     if minima is not None and minima.leak:
         return replace(minima, notes=(note + f"; the {len(low)} per-cycle minima keep rising",))
     whole = _judge(x, y, floor, min_rel)
@@ -385,17 +433,22 @@ def _judge_cycles(x, y, drops, floor, min_rel) -> _Verdict:
     return _Verdict("sawtooth", False, 0, t, min(v.score for v in (minima, whole) if v is not None), (note + judged,))
 
 
-def _label_warmup(v: _Verdict, y: np.ndarray, w: int) -> _Verdict:
-    """A flat series after a warm-up that rose is a step-up (plateau) or a filled cache (bounded)."""
+def _label_warmup(v: _Verdict, y: np.ndarray, w: int, warmup_rows: int) -> _Verdict:
+    """A flat series after a warm-up that rose: a step-up (plateau), when a few jumps make
+    most of the rise, or a gradual fill (bounded, like a cache)."""
     if v.shape != "flat" or w == 0:
         return v
-    rise = float(np.median(y[w:]) - np.median(y[:w]))
+    rise = float(np.median(y[w:]) - y[:w].min())
     if rise <= NOISE_K * v.trend.noise:
         return v
-    short = w <= max(PLATEAU_POINTS, len(y) // 10)
-    words = ("stepped up" if short else "rose gradually") + f" by {fmt_bytes(rise)} during the warm-up, then stayed flat"
-    return replace(v, shape="plateau" if short else "bounded", notes=v.notes + (
-        words + (" (e.g. optimizer state created at the first step)" if short else " (e.g. a cache filling up)"),))
+    jumps = np.sort(np.diff(y[:w + 1]))[-STEP_JUMPS:]
+    if jumps.sum() >= STEP_SHARE * rise:
+        return replace(v, shape="plateau", notes=v.notes + (
+            f"memory stepped up by {fmt_bytes(rise)} during the first {warmup_rows} steps (e.g. optimizer state created "
+            "at the first step), then stayed flat",))
+    return replace(v, shape="bounded", notes=v.notes + (
+        f"memory rose gradually by {fmt_bytes(rise)} over the first {warmup_rows} steps, then stayed flat "
+        "(e.g. a cache filling up)",))
 
 
 # ---------------------------------------------------------------- output

@@ -40,7 +40,6 @@ class FitSession:
         self.report_here = report_here
         self.report = None
         self.tracker = Tracker(model, optimizer=optimizer, out=out, level=self.level, **self.tracker_options)
-        self.tracker._manual = True  # the framework says when an optimizer step ends an iteration
         self.tracker.start()
 
     def step(self) -> None:
@@ -53,14 +52,20 @@ class FitSession:
         if tracker is None:
             return None
         tracker.close(exc)
-        if tracker._step == 0:
-            log.warning("memleak: no optimizer step was tracked; nothing to report")
+        try:
+            run = tracker.run()
+            if len(run.steps) == 0:
+                log.warning("memleak: no optimizer step was tracked; nothing to report")
+                return None
+            from ..analysis import analyze
+            report = analyze(run)
+            self.report = report
+            if not self.report_here:
+                return report
+            paths = report.save(self.out) if self.out is not None else []
+        except Exception:  # the fit itself went fine: do not fail it at the very end
+            log.exception("memleak: the run was recorded in %s but could not be analysed", tracker.path)
             return None
-        report = tracker.report()
-        self.report = report
-        if not self.report_here:
-            return report
-        paths = report.save(self.out) if self.out is not None else []
         from ..report.text import headline
         level = logging.WARNING if report.leak else logging.INFO
         log.log(level, "memleak: %s (report in %s)", headline(report), self.out)

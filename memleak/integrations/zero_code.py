@@ -33,7 +33,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import MemleakError, UsageError
 
 DEFAULT_OUT = "memleak-run"
 
@@ -70,6 +70,8 @@ class ZeroCodeSession:
         self._roots: dict[int, tuple[weakref.ref, int]] = {}  # id -> (module, top-level calls)
         self._anchor: weakref.ref | None = None
         self._since_anchor: dict[int, int] = {}
+        self._steps = 0
+        self.start_error: BaseException | None = None
 
     # ------------------------------------------------------------ install / remove
     def install(self) -> "ZeroCodeSession":
@@ -110,8 +112,14 @@ class ZeroCodeSession:
         self._depth = max(0, self._depth - 1)
 
     def _on_step(self, optimizer, args, kwargs) -> None:
+        if self.start_error is not None:
+            return
         if self.tracker is None:
-            self._start(optimizer)
+            try:
+                self._start(optimizer)
+            except Exception as e:  # never break the user's script: say so at its end
+                self.start_error = e
+                self.close()
             return
         if not self.tracker.active:
             return
@@ -126,6 +134,7 @@ class ZeroCodeSession:
             self._anchor = weakref.ref(optimizer)  # the old one is gone, or no longer steps
             self._since_anchor.clear()
         self.tracker.step()
+        self._steps += 1
 
     def _start(self, optimizer) -> None:
         from ..recorder import Tracker
@@ -151,7 +160,8 @@ class ZeroCodeSession:
 
     @property
     def steps(self) -> int:
-        return self.tracker._step if self.tracker is not None else 0
+        """Iterations tracked so far."""
+        return self._steps
 
 
 def run_target(target: str, args: list[str], as_module: bool = False) -> tuple[int, BaseException | None]:
@@ -178,7 +188,7 @@ def run_target(target: str, args: list[str], as_module: bool = False) -> tuple[i
         raise
     except Exception as e:
         tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
             tb = tb.tb_next  # show the script's frames, not memleak's and runpy's
         traceback.print_exception(type(e), e, tb)
         return 1, e
@@ -192,9 +202,15 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"{target}: no such script (to run a module, use memleak run -m {target})")
     options: dict[str, Any] = {}
     if args.device:
+        import torch
+        try:
+            torch.device(args.device)
+        except (RuntimeError, ValueError):
+            raise UsageError(f"--device {args.device!r} is not a device: write e.g. cpu, cuda or cuda:1") from None
         options["device"] = args.device
     if args.budget:
-        options["budget"] = args.budget
+        from ..units import parse_bytes
+        options["budget"] = parse_bytes(args.budget)  # a bad value fails here, before the script runs
     session = ZeroCodeSession(args.out, level=args.level, **options)
     session.install()
     status, failure, error = 0, None, None
@@ -206,6 +222,9 @@ def main(args: argparse.Namespace) -> int:
         session.close(error or failure)  # an OOM is recorded in the run
     sys.stdout.flush()
     name = f"-m {target}" if args.as_module else target
+    if session.start_error is not None:
+        raise MemleakError(f"{name}: memleak could not start tracking at the first optimizer step "
+                           f"(the script ran untracked): {session.start_error!r}") from session.start_error
     if session.tracker is None or session.steps == 0:
         msg = (f"{name}: no iteration was tracked: memleak run marks an iteration at each optimizer.step(), "
                "and the script made " + ("only one" if session.tracker is not None else "none") +
@@ -218,7 +237,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(msg)
     report = session.tracker.report()
     report.save(args.out)
-    model = f", model {session.model_name}" if session.model_name else ", no model found (counters and census only)"
+    model = f", model {session.model_name}" if session.model_name else ", no model found (no module probes)"
     print(f"\nmemleak: tracked {session.steps} iterations of {name}{model}")
     print(report)
     print(f"\nmemleak: run and report written to {args.out}/")

@@ -72,7 +72,8 @@ class CensusProbe(Probe):
         if self.credit < self.last_cost:
             return {"tensor_bytes": None, "tensor_count": None}
         t0 = time.perf_counter()
-        census = take_census()
+        with torch._C.DisableTorchFunction():  # another probe's TorchFunctionMode may still be on
+            census = take_census()
         self.last_cost = time.perf_counter() - t0
         self.credit = 0.0
         nbytes, count = census.get(self.device, (0, 0))

@@ -22,7 +22,7 @@ import sysconfig
 import types
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -51,6 +51,8 @@ _MODULE_SKIP = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_
 SEQ_SAMPLE = 12
 
 _internal_code: dict[Any, bool] = {}
+_SNAPSHOT_LOCALS = sys.version_info < (3, 13)
+_CO_OPTIMIZED = 0x0001
 
 
 def _is_internal_file(filename: str) -> bool:
@@ -221,6 +223,7 @@ class Walk:
         self.holders: dict[str, HolderStats] = {}
         self.tensor_holder: dict[int, str] = {}
         self.buffers: dict[str, list] = {}
+        self.grad_tensors: list[tuple[Any, str]] = []  # (weakref, holder) of tensors with a grad_fn
         self.queue: collections.deque = collections.deque()
         self.nodes = 0
         self.truncated = False
@@ -260,7 +263,11 @@ class Walk:
         if issubclass(t, torch.Tensor):
             self._tensor(obj, holder or path, kind, weight, note)
             return
-        if t in _SEQUENCES or (issubclass(t, (list, tuple, collections.deque)) and not hasattr(obj, "_fields")):
+        if issubclass(t, tuple) and hasattr(obj, "_fields"):  # a namedtuple: its fields are names
+            for k, v in zip(obj._fields, obj):
+                self.push(v, f"{path}.{k}", _join(holder, path, k), kind, weight, note)
+            return
+        if t in _SEQUENCES or issubclass(t, (list, tuple, collections.deque)):
             self._sequence(obj, path, holder, kind, weight, note)
             return
         if issubclass(t, dict):
@@ -271,8 +278,8 @@ class Walk:
             return
         if isinstance(obj, (types.FunctionType, types.LambdaType)):
             for name, value in _closure_items(obj):
-                self.push(value, f"{path}.{name}", holder or name, kind if holder else "closure", weight,
-                          note or f"captured by {_fn_name(obj)}")
+                self.push(value, f"{path}.{name}", _join(holder, path, name) if holder else name,
+                          kind if holder else "closure", weight, note or f"captured by {_fn_name(obj)}")
             return
         if isinstance(obj, types.MethodType):
             self.push(obj.__self__, path, holder, kind, weight, note)
@@ -286,10 +293,9 @@ class Walk:
             return
         if isinstance(obj, (types.ModuleType, type, types.FrameType, types.CodeType, types.GeneratorType,
                             weakref.ref, torch.optim.Optimizer)) or _top_package(t) in _SKIP_PACKAGES:
-            if issubclass(t, torch.autograd.function.BackwardCFunction):
+            if issubclass(t, torch.autograd.function.BackwardCFunction) or t.__module__.startswith("torch.utils.data"):
+                # an autograd ctx, a DataLoader (its dataset may cache tensors), a Subset...
                 self._attrs(obj, path, holder, kind, weight, note)
-            elif hasattr(obj, "_fields") and isinstance(obj, tuple):  # namedtuple from a library
-                self._sequence(obj, path, holder, kind, weight, note)
             return
         self._attrs(obj, path, holder, kind, weight, note)
 
@@ -416,6 +422,11 @@ class Walk:
             st.n_grad += weight
             if len(st._grad_fns) < 64:
                 st._grad_fns.append(gf)
+            if len(self.grad_tensors) < 256:
+                try:
+                    self.grad_tensors.append((weakref.ref(t), holder))
+                except TypeError:
+                    pass
 
     def _finish(self) -> None:
         left = self.graph_cap * 4
@@ -436,6 +447,16 @@ def _join(holder: str | None, path: str, key: str | None, full: str | None = Non
     return child if "[...]" not in child else holder
 
 
+def is_compiled(model) -> bool:
+    """True when the model (or a submodule) runs under torch.compile: Python hooks and modes in its
+    forward would break its graphs or force recompiles, so probes keep out of it."""
+    if model is None:
+        return False
+    if type(model).__name__ == "OptimizedModule" or hasattr(model, "_orig_mod"):
+        return True
+    return any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+
+
 def module_names(model) -> dict[int, str]:
     if model is None:
         return {}
@@ -451,7 +472,9 @@ def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
         if isinstance(t, torch.Tensor):
             ids.add(id(t))
             try:
-                ptrs.add(t.untyped_storage().data_ptr())
+                # parameters, gradients and optimizer state are whole storages: data_ptr is the
+                # storage's pointer, and much cheaper than building the storage object
+                ptrs.add(t.data_ptr())
             except (RuntimeError, NotImplementedError, TypeError):
                 pass
 
@@ -485,15 +508,35 @@ def walk_roots(*, step: int, model, optimizer, ages: Ages, exclude: set[int], fr
     w.visited.update(skip - {id(None)})
     seen_globals: set[int] = set()
     globals_list = []
+    snapshots = []
     for f in frames:
         loc = f.f_locals
         if loc is not f.f_globals:
             for k, v in list(loc.items()):
                 if not k.startswith("__"):
                     w.add_root(v, k, "local")
+            if _SNAPSHOT_LOCALS and f.f_code.co_flags & _CO_OPTIMIZED and type(loc) is dict:
+                snapshots.append(loc)
         if id(f.f_globals) not in seen_globals:
             seen_globals.add(id(f.f_globals))
             globals_list.append(f.f_globals)
+    # the user modules and the modules of user functions the frames name (a train_step defined in
+    # utils.py keeps its globals there)
+    for f in frames:
+        for v in list(f.f_locals.values()) + ([] if f.f_locals is f.f_globals else list(f.f_globals.values())):
+            if len(globals_list) >= 12:
+                break
+            if isinstance(v, types.ModuleType):  # a user module the script imported (utils, engine)
+                g, filename = vars(v), getattr(v, "__file__", None) or ""
+            else:
+                fn = getattr(v, "__func__", v)
+                if not isinstance(fn, types.FunctionType):
+                    continue
+                g, filename = fn.__globals__, fn.__code__.co_filename
+            if (filename and id(g) not in seen_globals and not _is_internal_file(filename)
+                    and not _is_library_file(filename)):
+                seen_globals.add(id(g))
+                globals_list.append(g)
     if model is not None:
         for m in model.modules():
             mod = sys.modules.get(type(m).__module__)
@@ -517,5 +560,15 @@ def walk_roots(*, step: int, model, optimizer, ages: Ages, exclude: set[int], fr
                             w.add_root(cv, f"{k}.{ck}", "class_attr")
                 continue
             w.add_root(v, k, "global")
-    w.run()
+    try:
+        w.run()
+    finally:
+        # Before Python 3.13, reading a function frame's f_locals leaves a dict snapshot on the
+        # frame that holds every local's value until the next read: a tensor the loop `del`s
+        # would stay alive. Empty it (it is rebuilt from the real locals whenever read again).
+        # Only a snapshot nobody else holds (a user's `d = locals()` is the same dict) is emptied:
+        # held by the frame, the list, this loop and getrefcount's argument.
+        for loc in snapshots:
+            if sys.getrefcount(loc) <= 4:
+                loc.clear()
     return w

@@ -32,10 +32,13 @@ from typing import Any, Callable
 import torch
 
 from . import Probe, ProbeContext, Unavailable
-from .holders import Ages, excluded_ids, tensor_nbytes, walk_roots
+from .holders import Ages, excluded_ids, is_compiled, tensor_nbytes, walk_roots
 
 MAX_OUTPUTS = 4       # tensors kept (weakly) per module call on detail steps
 MAX_COHORTS = 8
+# Detail steps (outputs, backward hooks, categories, the attribute scan) come every MIN_GAP..MAX_GAP steps.
+MIN_GAP = 5
+MAX_GAP = 10
 
 
 def memory_counter(device: torch.device) -> tuple[Callable[[], int] | None, str]:
@@ -92,14 +95,19 @@ class ModuleProbe(Probe):
         self.outputs: list[tuple[Any, int, int, int]] = []  # (weakref, module index, step, bytes)
         self.steps_since = 0
         self.next_detail = 1
-        self.budget = float(ctx.options.get("modules_budget", 0.04))
+        self.budget = float(ctx.options.get("modules_budget", 0.03))
         self.scan = ctx.level == "modules"
         self.ages = Ages()
         pre, post = self._pre, self._post
-        for m in model.modules():
-            self.handles.append(m.register_forward_pre_hook(pre))
-            self.handles.append(m.register_forward_hook(post))
-        return {"module_counter": self.counter_name, "modules": n}
+        self.hooked = not is_compiled(model)  # Python hooks in a compiled forward break its graphs
+        if self.hooked:
+            for m in model.modules():
+                self.handles.append(m.register_forward_pre_hook(pre))
+                self.handles.append(m.register_forward_hook(post))
+        else:
+            ctx.emit("event", {"event": "probe_limited", "probe": self.name,
+                               "reason": "the model is compiled: no per-module hooks, categories and scans only"})
+        return {"module_counter": self.counter_name, "modules": n, "module_hooks": self.hooked}
 
     # ------------------------------------------------------------ hooks
     def _pre(self, module, inputs):
@@ -168,10 +176,11 @@ class ModuleProbe(Probe):
                 pass
         self.node_handles.clear()
         self.bw_open.clear()
-        self._emit(step)
+        with torch._C.DisableTorchFunction():  # the TensorProbe's mode may still be on
+            self._emit(step)
         cost = time.perf_counter() - t0
-        gap = max(3, int(cost / max(step_seconds * self.budget, 1e-9)) + 1)
-        self.next_detail = step + min(gap, 25)
+        gap = max(MIN_GAP, int(cost / max(step_seconds * self.budget, 1e-9)) + 1)
+        self.next_detail = step + min(gap, MAX_GAP)
         return {}
 
     def _emit(self, step: int) -> None:
@@ -227,11 +236,14 @@ class ModuleProbe(Probe):
         seen: set[int] = set()
 
         def size(t) -> int:
-            ptr, nb = tensor_nbytes(t)
-            if ptr in seen:
+            try:
+                ptr = t.data_ptr()
+            except (RuntimeError, NotImplementedError, TypeError):
+                return 0
+            if ptr in seen:  # tied weights count once
                 return 0
             seen.add(ptr)
-            return nb
+            return t.numel() * t.element_size()
 
         if model is not None:
             for p in model.parameters():

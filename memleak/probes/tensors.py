@@ -24,8 +24,11 @@ Records (see docs/detectors-culprits.md):
 """
 from __future__ import annotations
 
+import collections
 import gc
+import math
 import time
+import types
 import weakref
 from collections import defaultdict
 from typing import Any
@@ -34,7 +37,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from . import Probe, ProbeContext
-from .holders import Ages, excluded_ids, tensor_nbytes, user_frames, user_site, walk_roots
+from .holders import Ages, excluded_ids, is_compiled, tensor_nbytes, user_frames, user_site, walk_roots
 
 # Tensors tagged per deep step, at most (a very large step is sampled, not walked whole).
 MAX_TAGS = 20000
@@ -42,15 +45,18 @@ MAX_TAGS = 20000
 MAX_COHORTS = 12
 # gc.get_referrers scans every object: named holders are looked up this often per run at most.
 MAX_REFERRER_LOOKUPS = 3
+# Deep steps come at least this often, whatever they cost (a leak needs a few samples to show).
+MAX_GAP = 6
 
 
 class _Box:
     """What the pack hook hands autograd: the saved tensor itself, in a weakly referenced box."""
 
-    __slots__ = ("t", "__weakref__")
+    __slots__ = ("t", "version", "__weakref__")
 
-    def __init__(self, t):
+    def __init__(self, t, version):
         self.t = t
+        self.version = version
 
 
 class _BirthMode(TorchFunctionMode):
@@ -71,6 +77,42 @@ class _BirthMode(TorchFunctionMode):
         return out
 
 
+def _stacks_empty() -> bool:
+    """No torch function mode and no saved-tensor hook is active."""
+    return (torch._C._len_torch_function_stack() == 0
+            and torch._C._autograd._top_saved_tensors_default_hooks(False) is None)
+
+
+class _NoMode:
+    """Stands for the tagging mode on a deep step that only walks."""
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _InputMode(TorchFunctionMode):
+    """Notes which watched tensors (held at the end of the last deep step) feed this step's ops."""
+
+    def __init__(self, watch: dict[int, tuple[Any, str]], seen: set[str]):
+        super().__init__()
+        self.watch = watch
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        w = self.watch
+        for a in args:
+            if type(a) in (list, tuple):
+                for b in a[:8]:
+                    e = w.get(id(b))
+                    if e is not None and e[0]() is b:
+                        self.seen.add(e[1])
+            else:
+                e = w.get(id(a))
+                if e is not None and e[0]() is a:
+                    self.seen.add(e[1])
+        return func(*args, **(kwargs or {}))
+
+
 class TensorProbe(Probe):
     name = "tensors"
 
@@ -85,12 +127,24 @@ class TensorProbe(Probe):
         self._mode = None
         self._saved_ctx = None
         self._deep_step: int | None = None
-        self.credit = 0.0
+        self.watch: dict[int, tuple[Any, str]] = {}
+        self.watch_step: int | None = None
+        self._input_mode = None
+        self.carried: set[str] = set()
+        self.plain: float | None = None
+        self.input_cost = 0.0
+        self.prev_nodes: dict[str, int] = {}
         self.last_cost = 0.0
         self.next_deep = 1
         self.referrer_lookups = 0
         self.named_sites: dict[str, str] = {}
         self.site_cache: dict[Any, str] = {}
+        # Under torch.compile a mode or saved-tensor hook would break graphs or force recompiles:
+        # only the reference walk runs then.
+        self.tagging = not is_compiled(ctx.model_ref())
+        if not self.tagging:
+            ctx.emit("event", {"event": "probe_limited", "probe": self.name,
+                               "reason": "the model is compiled: no creation sites or saved-tensor tracking"})
         return {"deep_budget": self.budget}
 
     # ------------------------------------------------------------ tagging
@@ -115,8 +169,13 @@ class TensorProbe(Probe):
 
     def _pack(self, t: torch.Tensor):
         # The graph keeps what pack returns for as long as it keeps the saved tensor: a small
-        # box around the tensor, weakly referenced here, dies exactly when the graph lets go.
-        box = _Box(t)
+        # box, weakly referenced here, dies exactly when the graph lets go. The box holds a
+        # detached alias (same storage, same version counter): holding `t` itself would hold
+        # an output's grad_fn from inside its own graph, a cycle through C++ that never dies.
+        try:
+            box = _Box(t.detach(), t._version)
+        except Exception:  # a tensor type without detach or a version: hand it back untouched
+            return t
         try:
             if len(self.saved) < MAX_TAGS:
                 ptr, nb = tensor_nbytes(t)
@@ -130,50 +189,92 @@ class TensorProbe(Probe):
 
     @staticmethod
     def _unpack(box):
-        return box.t if isinstance(box, _Box) else box
+        if not isinstance(box, _Box):
+            return box
+        t = box.t
+        if box.version is not None and t._version != box.version:  # what autograd checks without hooks, kept with them
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace "
+                f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+                f"{box.version} instead. (memleak's saved-tensor tracking reports what autograd would.)")
+        return t
 
     def step_begin(self, step: int) -> None:
+        if self.watch and step == self.watch_step and self._input_mode is None:
+            if _stacks_empty():
+                self.carried = set()
+                self._input_mode = _InputMode(self.watch, self.carried)
+                self._input_mode.__enter__()
+            return
         if step >= self.next_deep and self._mode is None:
             self._deep_step = step
             self.n_tags = 0
-            try:
-                self._saved_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-                self._saved_ctx.__enter__()
-            except Exception:
-                self._saved_ctx = None
+            # A mode or saved-tensor hook of the user's own still open here (the step ends inside
+            # their `with`) would be popped in place of ours when it closes: walk only then.
+            if not self.tagging or not _stacks_empty():
+                self._mode = _NoMode()
+                return
+            self._saved_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+            self._saved_ctx.__enter__()
             self._mode = _BirthMode(self)
             self._mode.__enter__()
 
+    def _end_input_check(self) -> None:
+        mode, self._input_mode = self._input_mode, None
+        self.watch = {}
+        if mode is not None:
+            self._pop_mode(mode)
+
+    def _pop_mode(self, mode) -> None:
+        """Pop our mode only if it is on top; otherwise something else was pushed over it and
+        left open: leave the stack alone and stop tagging for the rest of the run."""
+        n = torch._C._len_torch_function_stack()
+        if n and torch._C._get_function_stack_at(n - 1) is mode:
+            mode.__exit__(None, None, None)
+        else:
+            self._give_up("a torch function mode was left open over memleak's")
+
+    def _give_up(self, why: str) -> None:
+        if self.tagging:
+            self.tagging = False
+            self.ctx.emit("event", {"event": "probe_limited", "probe": self.name, "reason": why})
+
     def _end_tagging(self) -> None:
         mode, self._mode = self._mode, None
-        if mode is not None:
-            try:
-                mode.__exit__(None, None, None)
-            except Exception:
-                pass
+        if isinstance(mode, _BirthMode):
+            self._pop_mode(mode)
         sctx, self._saved_ctx = self._saved_ctx, None
         if sctx is not None:
-            try:
+            if torch._C._autograd._top_saved_tensors_default_hooks(False) == (self._pack, self._unpack):
                 sctx.__exit__(None, None, None)
-            except Exception:
-                pass
+            else:
+                self._give_up("a saved-tensor hook was left open over memleak's")
 
     # ------------------------------------------------------------ sampling
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
-        if self._deep_step is None or self._mode is None:
-            self.credit += step_seconds * self.budget
+        if self._input_mode is not None:
+            self._end_input_check()
+            self.ctx.emit("carried", {"step": step, "holders": sorted(self.carried)})
+            self.input_cost = max(0.0, step_seconds - (self.plain or step_seconds))
+            return {}
+        if self._mode is None:
+            # a plain step: the yardstick for what tagging costs, and for the budget
+            self.plain = step_seconds if self.plain is None else 0.8 * self.plain + 0.2 * step_seconds
             return {}
         self._end_tagging()
         t0 = time.perf_counter()
+        self.lookup_seconds = 0.0
         try:
             self._deep_sample(step)
         finally:
-            cost = time.perf_counter() - t0 + step_seconds * 0.1  # tagging costs too
+            plain = self.plain or step_seconds
+            # what this deep step cost: the slower step while tagging, the walk (a one-off referrer
+            # lookup does not set the pace), and the input check of the step after the last one
+            cost = (max(0.0, step_seconds - plain) + time.perf_counter() - t0 - self.lookup_seconds
+                    + self.input_cost)
             self.last_cost = cost
-            # the next deep step when the budget has paid for this one, at least 2 steps on
-            per_step = max(step_seconds, 1e-6) * self.budget
-            gap = max(2, int(cost / per_step) + 1)
-            self.next_deep = step + min(gap, 50)
+            gap = max(2, math.ceil(cost / max(plain * self.budget, 1e-9)))
+            self.next_deep = step + min(gap, MAX_GAP)
         return {"deep_seconds": round(time.perf_counter() - t0, 6)}
 
     def _deep_sample(self, step: int) -> None:
@@ -185,6 +286,14 @@ class TensorProbe(Probe):
         walk = walk_roots(step=step, model=model, optimizer=opt, ages=self.ages, exclude=exclude, frames=frames)
         del frames
         walk_seconds = time.perf_counter() - t0
+        # A holder whose graph grew since the last deep step may carry it from step to step: watch
+        # whether its tensors feed the next step's computation.
+        nodes = {h.holder: h.nodes for h in walk.holders.values() if h.nodes}
+        growing = {h for h, n in nodes.items() if n > self.prev_nodes.get(h, n)}
+        self.prev_nodes = nodes
+        self.watch = {id(r()): (r, h) for r, h in walk.grad_tensors
+                      if self.tagging and h in growing and r() is not None}
+        self.watch_step = step + 1
         holders = sorted(walk.holders.values(), key=lambda s: -s.nbytes)
         rows = [h.row() for h in holders if h.count > 0][:60]
         self.ctx.emit("holders", {"step": step, "holders": rows, "buffers": walk.buffers,
@@ -232,7 +341,9 @@ class TensorProbe(Probe):
             for site, ref in unnamed.items():
                 if len(cohorts_by_site[site]) >= 2 and self.referrer_lookups < MAX_REFERRER_LOOKUPS:
                     self.referrer_lookups += 1
+                    t0 = time.perf_counter()
                     name = name_by_referrers(ref)
+                    self.lookup_seconds += time.perf_counter() - t0
                     if name:
                         self.named_sites[site] = name
                         for key in [k for k in groups if k[1] == site and not k[2]]:
@@ -248,7 +359,8 @@ class TensorProbe(Probe):
             cut = borns[-MAX_COHORTS]
             for i in [i for i, e in self.births.items() if e[1] is not None and e[1] < cut]:
                 del self.births[i]
-        self.ctx.emit("births", {"step": step, "cohorts": cohorts[:200]})
+        # gen-2 collections so far: survivors that die all at once when one runs were held by a cycle
+        self.ctx.emit("births", {"step": step, "cohorts": cohorts[:200], "gc2": gc.get_stats()[2]["collections"]})
 
     def _check_saved(self, step: int, ptrs: set[int]) -> None:
         alive: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
@@ -277,6 +389,7 @@ class TensorProbe(Probe):
 
     def stop(self) -> None:
         self._end_tagging()
+        self._end_input_check()
         self.births = {}
         self.saved = []
         if hasattr(self, "ages"):
@@ -284,44 +397,44 @@ class TensorProbe(Probe):
 
 
 def name_by_referrers(ref, depth: int = 4) -> str:
-    """A name for what holds a tensor that the root walk did not reach, from gc referrers (costly)."""
-    t = ref()
-    if t is None:
+    """A name for what holds a tensor the root walk did not reach, climbing gc referrers (costly:
+    each step scans every object). An attribute of an object is named ``Type.attr`` (an autograd
+    Function's ctx ``Function.ctx.attr``), a module global by its name; containers are climbed."""
+    target: Any = ref()
+    if target is None:
         return ""
-    target: Any = t
-    del t
     chain: list[str] = []
-    ignore = {id(chain)}
+    ours: set[int] = set()
     for _ in range(depth):
-        refs = [r for r in gc.get_referrers(target) if id(r) not in ignore and not isinstance(r, type(sys_frame()))]
-        ignore.add(id(refs))
+        refs = gc.get_referrers(target)
+        ours.add(id(refs))
         found = None
         for r in refs:
+            if id(r) in ours or isinstance(r, types.FrameType):
+                continue
             if isinstance(r, dict):
                 key = next((k for k, v in r.items() if v is target), None)
-                owners = [o for o in gc.get_referrers(r) if getattr(o, "__dict__", None) is r]
-                if owners:
-                    owner = owners[0]
+                owners = gc.get_referrers(r)
+                ours.add(id(owners))
+                owner = next((o for o in owners if getattr(o, "__dict__", None) is r), None)
+                if isinstance(owner, types.ModuleType) and key is not None:  # a module's global
+                    return ".".join([str(key), *chain])
+                if owner is not None:
                     tname = type(owner).__name__
                     if isinstance(owner, torch.autograd.function.BackwardCFunction):
-                        tname = tname[:-len("Backward")] if tname.endswith("Backward") else tname
-                        tname += ".ctx"
-                    return ".".join([tname, str(key), *chain]) if key is not None else tname
+                        tname = (tname[: -len("Backward")] if tname.endswith("Backward") else tname) + ".ctx"
+                    return ".".join([tname, *([str(key)] if key is not None else []), *chain])
                 if "__name__" in r and key is not None:  # a module's globals
                     return ".".join([str(key), *chain])
                 found = r
                 if key is not None:
                     chain.insert(0, str(key))
                 break
-            if isinstance(r, (list, tuple, set)) and not isinstance(r, type(refs)) or (isinstance(r, list) and r is not refs):
+            if isinstance(r, (list, tuple, set, frozenset, collections.deque)):
                 found = r
                 break
+        del refs
         if found is None:
             return ""
         target = found
     return ""
-
-
-def sys_frame():
-    import sys
-    return sys._getframe()

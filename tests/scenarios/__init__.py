@@ -10,11 +10,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-SKIP = {"_common"}
 
 
 def names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in SKIP)
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
 def load(name: str):

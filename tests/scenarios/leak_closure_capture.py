@@ -17,6 +17,10 @@ def run(tracker_factory, steps=30):
     model = MLP(hidden=128)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     pending_logs = []
+
+    def deferred_log(loss, logits):
+        return lambda: {"loss": loss.item(), "top": logits.argmax(-1)}
+
     with tracker_factory(model, optimizer=opt) as tracker:
         for step in range(steps):
             x, y = batch(g)
@@ -25,5 +29,5 @@ def run(tracker_factory, steps=30):
             opt.zero_grad()
             loss.backward()
             opt.step()
-            pending_logs.append(lambda: {"loss": loss, "logits": logits})  # the leak: never flushed
+            pending_logs.append(deferred_log(loss, logits))  # the leak: never flushed
             tracker.step()

@@ -5,8 +5,6 @@ tensors and variables you don't need") and the torchmetrics report
 https://github.com/Lightning-AI/torchmetrics/issues/1160 (validation outputs piling up).
 No backward runs, so the activations autograd saved for each batch stay alive with ``preds``.
 """
-import torch
-
 from ._common import MLP, batch, seed
 
 EXPECTED = {"verdict": "leak", "kind": "retained_graph", "location": "preds", "top": 1}

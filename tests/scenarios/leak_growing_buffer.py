@@ -7,7 +7,7 @@ discussed in https://github.com/huggingface/transformers/issues/25930 (``torch.c
 import torch
 from torch import nn
 
-from ._common import DIM, MLP, batch, seed
+from ._common import MLP, batch, seed
 
 
 class Bank(nn.Module):

@@ -7,7 +7,7 @@ module grows with every call.
 import torch
 from torch import nn
 
-from ._common import DIM, batch, seed
+from ._common import DIM, seed
 
 
 class CachingAttention(nn.Module):

@@ -12,7 +12,9 @@ from ._common import DIM, MLP, batch, seed
 
 
 class Smoother(nn.Module):
-    def __init__(self, d=4):
+    """Input normalisation with a running mean kept on self (like a hand-written BatchNorm)."""
+
+    def __init__(self, d=DIM):
         super().__init__()
         self.state = torch.zeros(d)
 
@@ -27,14 +29,16 @@ EXPECTED = {"verdict": "leak", "kind": "retained_graph", "location": "smoother.s
 def run(tracker_factory, steps=30):
     g = seed(7)
     model = nn.Sequential()
-    model.add_module("net", MLP())
     model.add_module("smoother", Smoother())
+    model.add_module("net", MLP())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with tracker_factory(model, optimizer=opt) as tracker:
         for step in range(steps):
             x, y = batch(g)
+            x.requires_grad_(True)  # input gradients for a saliency penalty
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward(retain_graph=True)
             opt.step()
+            saliency = x.grad.abs().mean().item()
             tracker.step()

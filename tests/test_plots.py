@@ -1,0 +1,146 @@
+"""The growth plot and the suspects chart: the expected pieces, no pyplot state, PNGs that save."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memleak.detect.growth import analyze_growth
+from memleak.report.plots import plot_run, plot_suspects
+from memleak.run import Run
+from memleak.schema import Kind, Suspect
+
+plt = pytest.importorskip("matplotlib.pyplot")
+
+GIB = 1 << 30
+MIB = 1 << 20
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def leaking_run(**extra) -> Run:
+    t = np.arange(100)
+    allocated = np.where(t < 3, GIB, 2 * GIB + 128 * MIB * t).astype(float)
+    steps = pd.DataFrame({"step": t, "allocated_bytes": allocated, "reserved_bytes": allocated + 256 * MIB, **extra})
+    return Run({"device": "cuda:0", "device_total_bytes": 40 * GIB}, steps)
+
+
+def labels(ax) -> list[str]:
+    return [line.get_label() for line in ax.get_lines()]
+
+
+def texts(fig) -> str:
+    return " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+@pytest.fixture(autouse=True)
+def no_pyplot_state():
+    plt.close("all")
+    yield
+    assert plt.get_fignums() == []
+
+
+def test_memory_panel_has_the_series_the_trend_the_warm_up_and_the_projection():
+    run = leaking_run()
+    growth = analyze_growth(run)
+    assert growth.leak and growth.warmup_steps == 3
+    fig = plot_run(run, growth)
+    ax = fig.axes[0]
+    names = labels(ax)
+    assert names[:2] == ["allocated", "reserved"]
+    assert any(n.startswith("Theil-Sen trend (+128.0 MiB/step)") for n in names)
+    assert "projection" in names and "capacity (40.0 GiB)" in names
+    warmup = [line for line in ax.get_lines() if line.get_label().startswith("end of warm-up")]
+    assert len(warmup) == 1
+    xs = warmup[0].get_xdata()
+    assert xs[0] == xs[1] == 3  # a vertical line at the warm-up boundary
+    oom = 99 + growth.steps_to_full
+    assert f"projected OOM at step {oom:,.0f}" in texts(fig)
+    assert ax.get_ylabel() == "memory (GiB)" and fig.axes[-1].get_xlabel() == "step"
+
+
+def test_the_trend_line_spans_the_analysed_steps():
+    run = leaking_run()
+    growth = analyze_growth(run)
+    ax = plot_run(run, growth).axes[0]
+    trend = next(line for line in ax.get_lines() if line.get_label().startswith("Theil-Sen"))
+    assert list(trend.get_xdata()) == [3, 99]
+    assert trend.get_ydata()[0] == pytest.approx((growth.intercept + 3 * growth.slope) / GIB)
+
+
+def test_a_distant_oom_is_stated_without_squashing_the_run():
+    t = np.arange(100)
+    run = Run({"device": "cuda:0", "device_total_bytes": 80 * GIB},
+              pd.DataFrame({"step": t, "allocated_bytes": GIB + MIB * t}))
+    fig = plot_run(run)
+    (ax,) = fig.axes
+    assert "projected OOM at step" in texts(fig)
+    assert ax.get_xlim()[1] < 200  # the run stays readable
+    assert not any(n.startswith("capacity") for n in labels(ax))
+
+
+def test_a_clean_run_has_no_projection():
+    t = np.arange(60)
+    run = Run({"device": "cuda:0", "device_total_bytes": 80 * GIB},
+              pd.DataFrame({"step": t, "allocated_bytes": np.full(60, GIB)}))
+    (ax,) = plot_run(run).axes
+    assert "projection" not in labels(ax)
+    assert "projected OOM" not in texts(ax.figure)
+
+
+def test_fragmentation_gets_a_second_panel():
+    run = leaking_run(inactive_split_bytes=np.linspace(0, 64 * MIB, 100))
+    fig = plot_run(run, analyze_growth(run))
+    assert len(fig.axes) == 2
+    assert labels(fig.axes[1]) == ["inactive split", "reserved - allocated"]
+    assert fig.axes[1].get_ylabel() == "cached, not in use (MiB)"
+
+
+def test_without_an_allocator_the_census_is_drawn_in_its_own_unit():
+    t = np.arange(40)
+    run = Run({"device": "cpu"}, pd.DataFrame({"step": t, "tensor_bytes": 100 * MIB + MIB * t,
+                                               "rss_bytes": 3.0 * GIB + 0 * t}))
+    (ax,) = plot_run(run).axes
+    assert labels(ax)[0] == "live tensors" and "process RSS" not in labels(ax)
+    assert ax.get_ylabel() == "memory (MiB)"
+
+
+def test_a_run_without_memory_still_plots():
+    run = Run({"device": "cpu"}, pd.DataFrame({"step": range(3)}))
+    assert len(plot_run(run).axes) == 1
+
+
+def test_figures_save_as_png(tmp_path):
+    run = leaking_run(inactive_split_bytes=np.zeros(100))
+    suspects = [Suspect(Kind.CACHED_TENSOR, "encoder.layers.1.cache", MIB, 100 * MIB, 0.9, ("grows",), "detach it")]
+    for name, fig in (("run.png", plot_run(run, suspects=suspects)), ("suspects.png", plot_suspects(suspects))):
+        fig.savefig(tmp_path / name)
+        assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_suspects_are_bars_of_total_bytes_labelled_with_their_kind():
+    suspects = [
+        Suspect(Kind.RETAINED_GRAPH, "train.py:42", 2 * MIB, 3 * GIB, 0.95, ("e",), "f"),
+        Suspect(Kind.FRAGMENTATION, "allocator", 0.0, 512 * MIB, 0.6, ("e",), "f", leak=False),
+    ]
+    fig = plot_suspects(suspects)
+    (ax,) = fig.axes
+    assert len(ax.patches) == 2
+    widths = sorted(p.get_width() for p in ax.patches)
+    assert widths == pytest.approx([0.5, 3.0])  # in GiB
+    assert ax.get_xlabel() == "total (GiB)"
+    ticks = {t.get_text() for t in ax.get_yticklabels()}
+    assert ticks == {"train.py:42", "allocator"}
+    assert "retained_graph" in texts(fig) and "fragmentation" in texts(fig)
+
+
+def test_no_suspects_is_an_empty_chart():
+    assert "no suspects" in texts(plot_suspects([]))
+
+
+def test_importing_the_plots_does_not_import_matplotlib():
+    code = "import sys, memleak.report.plots; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,209 @@
+"""`memleak run script.py`: an unchanged script, its iterations and model found from optimizer steps."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import memleak
+from memleak.integrations.zero_code import ZeroCodeSession, run_target
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "leaky_train.py"
+
+
+def memleak_cli(*args, cwd=None):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "memleak", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+
+
+def test_memleak_run_finds_the_leak_in_an_unchanged_script(tmp_path):
+    out = tmp_path / "run"
+    result = memleak_cli("run", "--out", out, EXAMPLE, "--steps", 40)
+    assert result.returncode == 0, result.stderr
+    stdout = result.stdout
+    assert "trained 40 steps" in stdout  # the script ran, with its own arguments
+    assert "tracked 39 iterations of" in stdout and "model Sequential" in stdout
+    assert "verdict: LEAK" in stdout
+    top = stdout.split("suspects, most likely first:")[1]
+    assert "kept_logits" in top.split("\n\n")[0], stdout
+    assert (out / "run.jsonl").is_file() and (out / "report.txt").is_file()
+    run = memleak.load(out)
+    assert run.meta["argv"] == [str(EXAMPLE), "--steps", "40"]
+    assert run.meta["model"] == "Sequential"
+
+
+def test_memleak_run_on_the_fixed_script_is_clean(tmp_path):
+    result = memleak_cli("run", "--out", tmp_path / "run", "--check", EXAMPLE, "--steps", 40, "--fixed")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verdict: LEAK" not in result.stdout
+
+
+def test_check_exits_1_on_a_leak(tmp_path):
+    result = memleak_cli("run", "--level", "counters", "--out", tmp_path / "run", "--check", EXAMPLE, "--steps", 40)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "verdict: LEAK" in result.stdout
+
+
+def test_missing_script_is_a_one_line_error(tmp_path):
+    result = memleak_cli("run", tmp_path / "nope.py")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("memleak: error: ") and "no such script" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------- in-process, on small scripts
+
+def write(tmp_path, body: str) -> Path:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def run_in_process(tmp_path, body, *args, level="counters"):
+    session = ZeroCodeSession(tmp_path / "out", level=level).install()
+    try:
+        status, failure = run_target(str(write(tmp_path, body)), list(args))
+    finally:
+        session.close()
+    return session, status, failure
+
+
+def global_hooks():
+    import torch.nn.modules.module as m
+    import torch.optim.optimizer as o
+    return len(o._global_optimizer_post_hooks), len(m._global_forward_pre_hooks), len(m._global_forward_hooks)
+
+
+def test_script_sees_main_and_its_argv(tmp_path):
+    before = global_hooks()
+    session, status, failure = run_in_process(tmp_path, """
+        import sys, torch
+        assert __name__ == "__main__"
+        assert sys.argv[1:] == ["--lr", "0.1"], sys.argv
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(5):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+    """, "--lr", "0.1")
+    assert (status, failure) == (0, None)
+    assert session.steps == 4 and session.model_name == "Linear"
+    assert global_hooks() == before  # every global hook removed
+    assert not session.tracker.active
+
+
+def test_the_model_is_the_top_level_module_that_owns_the_parameters(tmp_path):
+    session, status, _ = run_in_process(tmp_path, """
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 4)
+            def forward(self, x):
+                return self.b(self.a(x))
+
+        frozen = nn.Linear(4, 4).requires_grad_(False)   # called first, owns no trained parameter
+        net = Net()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(3):
+            net(frozen(torch.randn(2, 4))).sum().backward()
+            opt.step()
+    """)
+    assert status == 0 and session.model_name == "Net"
+
+
+def test_two_optimizers_make_one_iteration_per_round(tmp_path):
+    session, status, _ = run_in_process(tmp_path, """
+        import torch
+        g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        opt_g = torch.optim.SGD(g.parameters(), lr=0.1)
+        opt_d = torch.optim.SGD(d.parameters(), lr=0.1)
+        for _ in range(10):
+            d(g(torch.randn(2, 4)).detach()).sum().backward(); opt_d.step()
+            d(g(torch.randn(2, 4))).sum().backward(); opt_g.step()
+    """)
+    assert status == 0 and session.steps == 9
+
+
+def test_a_new_optimizer_takes_over(tmp_path):
+    session, status, _ = run_in_process(tmp_path, """
+        import torch
+        model = torch.nn.Linear(4, 4)
+        for phase in range(2):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(5):
+                model(torch.randn(2, 4)).sum().backward()
+                opt.step()
+    """)
+    assert status == 0 and session.steps >= 8
+
+
+def test_a_script_that_raises_keeps_its_run_and_status(tmp_path, capsys):
+    before = global_hooks()
+    session, status, failure = run_in_process(tmp_path, """
+        import torch
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(6):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+        raise ValueError("script failed")
+    """)
+    assert status == 1 and isinstance(failure, ValueError)
+    err = capsys.readouterr().err
+    assert "ValueError: script failed" in err and "runpy" not in err
+    assert session.steps == 5
+    assert global_hooks() == before
+
+
+def test_sys_exit_status_is_kept(tmp_path):
+    _, status, failure = run_in_process(tmp_path, "import sys\nsys.exit(3)\n")
+    assert (status, failure) == (3, None)
+
+
+def test_a_script_without_optimizer_steps_says_so(tmp_path):
+    script = write(tmp_path, "print('inference only')\n")
+    result = memleak_cli("run", "--out", tmp_path / "out", script)
+    assert result.returncode == 2
+    assert "inference only" in result.stdout
+    assert "no iteration was tracked" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_run_as_a_module(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(textwrap.dedent("""
+        import torch
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(20):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+    """))
+    result = memleak_cli("run", "--level", "counters", "--out", tmp_path / "out", "-m", "pkg.train", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "tracked 19 iterations of -m pkg.train, model Linear" in result.stdout
+
+
+@pytest.mark.cuda
+def test_memleak_run_on_cuda(tmp_path):
+    result = memleak_cli("run", "--out", tmp_path / "run", EXAMPLE, "--steps", 40)
+    assert result.returncode == 0, result.stderr
+    assert "verdict: LEAK" in result.stdout and "on cuda" in result.stdout
+    assert torch.cuda.is_available()
+
+
+def test_bad_options_fail_before_the_script_runs(tmp_path):
+    script = write(tmp_path, "print('ran')\n")
+    for option in (["--budget", "lots"], ["--device", "nonsense"]):
+        result = memleak_cli("run", *option, script)
+        assert result.returncode == 2 and "ran" not in result.stdout
+        assert result.stderr.startswith("memleak: error: ") and "Traceback" not in result.stderr
