@@ -59,9 +59,16 @@ def _is_internal_file(filename: str) -> bool:
     return filename.startswith(_TORCH_DIR) or filename.startswith(_MEMLEAK_DIR) or filename.startswith("<frozen")
 
 
+_library_file: dict[str, bool] = {}
+
+
 def _is_library_file(filename: str) -> bool:
-    real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
-    return any(real.startswith(d) for d in _LIB_DIRS) or filename.startswith("<frozen")
+    """True for the standard library and installed packages (cached: realpath costs lstat calls)."""
+    hit = _library_file.get(filename)
+    if hit is None:
+        real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
+        hit = _library_file[filename] = any(real.startswith(d) for d in _LIB_DIRS) or filename.startswith("<frozen")
+    return hit
 
 
 def is_internal(code) -> bool:

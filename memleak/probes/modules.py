@@ -37,8 +37,8 @@ from .holders import Ages, excluded_ids, is_compiled, tensor_nbytes, walk_roots
 MAX_OUTPUTS = 4       # tensors kept (weakly) per module call on detail steps
 MAX_COHORTS = 8
 # Detail steps (outputs, backward hooks, categories, the attribute scan) come every MIN_GAP..MAX_GAP steps.
-MIN_GAP = 5
-MAX_GAP = 10
+MIN_GAP = 8
+MAX_GAP = 12
 
 
 def memory_counter(device: torch.device) -> tuple[Callable[[], int] | None, str]:

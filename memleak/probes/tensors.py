@@ -118,7 +118,7 @@ class TensorProbe(Probe):
 
     def start(self, ctx: ProbeContext) -> dict[str, Any]:
         self.ctx = ctx
-        self.budget = float(ctx.options.get("deep_budget", 0.12))
+        self.budget = float(ctx.options.get("deep_budget", 0.10))
         self.ages = Ages()
         self.births: dict[int, tuple[Any, int, str]] = {}   # id -> (weakref, step, site)
         self.saved: list[tuple[Any, int, int, int]] = []   # (weakref, step, storage ptr, bytes)
