@@ -48,7 +48,8 @@ def main() -> None:
     meta = {"device": "cuda:0", "device_total_bytes": 80 * GiB}
     for steps in args.steps:
         for shape in ("leak", "flat", "sawtooth"):
-            frame = pd.DataFrame({"step": np.arange(steps), "duration": 0.1, "allocated_bytes": series(shape, steps, rng)})
+            frame = pd.DataFrame({"step": np.arange(steps), "duration": 0.1,
+                                  "allocated_bytes": series(shape, steps, rng)})
             seconds, g = best_of(Run(meta, frame))
             print(f"{steps:>10,} steps  {shape:<8}  {seconds:6.3f} s  -> {g.shape}, leak={g.leak}, "
                   f"slope {g.slope:,.0f} B/step")

@@ -1,11 +1,16 @@
 """`memleak.analyze`: a Run in, a Report out."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .detect import run_detectors
 from .errors import UsageError
 from .run import Run
 from .schema import Verdict
 from .suspects import rank
+
+if TYPE_CHECKING:
+    from .report import Report
 
 #: A suspect this sure of a leak makes the verdict "leak".
 LEAK_CONFIDENCE = 0.5

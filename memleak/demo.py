@@ -12,7 +12,7 @@ from torch import nn
 
 
 class TinyClassifier(nn.Module):
-    def __init__(self, width: int = 256, classes: int = 10):
+    def __init__(self, width: int = 256, classes: int = 1000):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, width), nn.GELU())
         self.head = nn.Linear(width, classes)
@@ -32,7 +32,7 @@ def leaky_training(steps: int, device: torch.device, tracker_options: dict):
     with memleak.track(model, optimizer=optimizer, **tracker_options) as tracker:
         for _ in range(steps):
             x = torch.randn(128, 256, device=device)
-            y = torch.randint(0, 10, (128,), device=device)
+            y = torch.randint(0, 1000, (128,), device=device)
             logits = model(x)
             loss = nn.functional.cross_entropy(logits, y)
             optimizer.zero_grad(set_to_none=True)

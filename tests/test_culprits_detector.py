@@ -136,3 +136,16 @@ def test_a_named_container_reset_each_epoch_is_not_a_leak():
         hold.append({"step": s, "holders": [{"holder": "metric.preds", "kind": "local", "count": n,
                                              "bytes": 4096 * n, "grad": 0, "old": 0, "old_bytes": 0, "nodes": 0}]})
     assert culprits.detect(_run({"births": births, "holders": hold})) == []
+
+
+def test_a_graph_built_afresh_each_step_is_not_retained():
+    # the graph grows (a curriculum lengthens the unroll) but its nodes are new at every sample
+    fresh = [{"count": 1, "bytes": 4, "grad": 1, "nodes": 10 * s} for s in STEPS]
+    rows = _holders({"loss": fresh}, STEPS)
+    for i, r in enumerate(rows):
+        r["holders"][0]["seq"] = [1000 * i, 1000 * i + 10 * STEPS[i]]
+    assert culprits.detect(_run({"holders": rows})) == []
+    # the same sizes with the oldest node kept from the first sample: a chain
+    for i, r in enumerate(rows):
+        r["holders"][0]["seq"] = [5, 1000 * i + 10 * STEPS[i]]
+    assert [f.kind for f in culprits.detect(_run({"holders": rows}))] == [Kind.RETAINED_GRAPH]

@@ -65,6 +65,29 @@ def test_a_one_off_jump_in_an_exact_allocator_series_is_not_a_leak():
     assert g.slope == 0 and math.isnan(g.p_value)
 
 
+def test_a_few_new_allocator_blocks_are_a_step_up_not_a_leak():
+    y = np.full(200, 3.0 * GIB)
+    for at, blocks in ((40, 2), (90, 1), (150, 3)):  # 2 MiB segments, allocated now and then
+        y[at:] += blocks * 2 * MIB
+    g = analyze_growth(make_run(y))
+    assert (g.shape, g.leak) == ("plateau", False)
+
+
+def test_a_short_noisy_step_is_not_mistaken_for_growth():
+    rng = np.random.default_rng(4)  # found by hypothesis: to a rank test this looks like growth
+    y = np.where(np.arange(12) < 4, MIB, 1.05 * MIB) + noise(rng, 12, MIB, 0.02, "normal")
+    g = analyze_growth(make_run(y))
+    assert (g.shape, g.leak) == ("plateau", False)
+    assert any("one step fits" in e for e in g.evidence)
+
+
+def test_a_heap_leak_of_a_few_kib_per_step_is_found_on_a_large_heap():
+    rng = np.random.default_rng(8)  # like tests/scenarios on CPU: ~143 MiB of heap is PyTorch itself
+    y = 143 * MIB + 8 * 1024 * np.arange(30) + rng.integers(0, 64, 30) * 16
+    g = analyze_growth(make_run(y, column="heap_bytes", meta={"device": "cpu"}))
+    assert (g.shape, g.leak) == ("linear", True)
+
+
 def test_the_warm_up_before_a_leak_is_found_from_the_data():
     t = np.arange(60)
     y = np.where(t < 3, GIB, 2 * GIB + 4 * MIB * t)
@@ -193,10 +216,19 @@ def test_no_projection_without_a_leak_or_a_capacity():
     assert g.leak and g.capacity_bytes is None and g.steps_to_full is None and g.seconds_to_full is None
 
 
-def test_rss_is_projected_against_host_memory():
-    meta = {"device": "cpu", "host_memory_bytes": 64 * GIB, "device_total_bytes": 80 * GIB}
-    g = analyze_growth(make_run(2 * GIB + 100 * MIB * np.arange(40), column="rss_bytes", meta=meta))
+@pytest.mark.parametrize("column", ["heap_bytes", "rss_bytes"])
+def test_host_memory_is_projected_against_host_ram_on_an_accelerator_run(column):
+    meta = {**META, "host_memory_bytes": 64 * GIB}
+    g = analyze_growth(make_run(2 * GIB + 100 * MIB * np.arange(40), column=column, meta=meta))
     assert g.capacity_bytes == 64 * GIB and g.leak
+
+
+def test_a_cpu_run_is_projected_against_its_budget_or_host_ram():
+    y = 2 * GIB + 100 * MIB * np.arange(40)
+    g = analyze_growth(make_run(y, column="heap_bytes", meta={"device": "cpu", "host_memory_bytes": 64 * GIB}))
+    assert g.capacity_bytes == 64 * GIB
+    meta = {"device": "cpu", "host_memory_bytes": 64 * GIB, "budget_bytes": 8 * GIB}
+    assert analyze_growth(make_run(y, column="heap_bytes", meta=meta)).capacity_bytes == 8 * GIB
 
 
 # ---------------------------------------------------------------- findings
@@ -217,11 +249,19 @@ def test_a_clean_run_has_no_findings():
     assert detect(Run(META, pd.DataFrame({"step": range(3)}))) == []
 
 
-def test_host_growth_is_reported_beside_a_flat_device():
+@pytest.mark.parametrize("host", [["rss_bytes"], ["heap_bytes", "rss_bytes"]])
+def test_host_growth_is_reported_beside_a_flat_device(host):
     t = np.arange(60)
-    findings = detect(make_run(np.full(60, GIB), rss_bytes=3 * GIB + 50 * MIB * t))
-    assert [(f.kind, f.location) for f in findings] == [(Kind.HOST_GROWTH, "rss_bytes")]
-    assert "DataLoader" in findings[0].fix
+    columns = {name: 3 * GIB + 50 * MIB * t for name in host}
+    findings = detect(make_run(np.full(60, GIB), **columns))
+    assert [(f.kind, f.location) for f in findings] == [(Kind.HOST_GROWTH, host[0])]  # the heap when there is one
+    assert "DataLoader" in findings[0].fix and findings[0].leak
+
+
+def test_on_a_cpu_run_the_heap_is_the_primary_series_and_no_host_growth_is_added():
+    t = np.arange(60)
+    run = make_run(GIB + 50 * MIB * t, column="heap_bytes", meta={"device": "cpu"}, rss_bytes=3 * GIB + 60 * MIB * t)
+    assert [(f.kind, f.location) for f in detect(run)] == [(Kind.LINEAR_GROWTH, "heap_bytes")]
 
 
 def test_rss_growth_on_cpu_that_the_tensor_leak_explains_is_not_reported_twice():

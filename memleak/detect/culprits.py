@@ -68,6 +68,17 @@ def _trend(steps: list[int], values: list[float], min_rise: float, rel_rise: flo
             "confidence": round(conf, 3), "span": int(x[-1] - x[0])}
 
 
+def _spans_steps(rows: list[dict | None]) -> bool:
+    """Whether the holder's graph keeps nodes from one sample to the next: its oldest node is older
+    than the newest node of the previous sample's graph (node sequence numbers grow as nodes are
+    created). Without sequence numbers (older records) assume it does."""
+    seqs = [r.get("seq") if r else None for r in rows]
+    if not any(seqs):
+        return True
+    pairs = [(a, b) for a, b in zip(seqs, seqs[1:]) if a and b]
+    return any(b[0] <= a[1] for a, b in pairs) or any(r and r.get("capped") for r in rows)
+
+
 def _series(records: list[dict], key: str) -> tuple[list[int], dict[str, list[dict | None]]]:
     steps = [r["step"] for r in records]
     by: dict[str, list[dict | None]] = defaultdict(lambda: [None] * len(records))
@@ -206,6 +217,8 @@ def _holder_findings(holders, hkinds, saved_info, findings, carried) -> None:
         cap_at = next((i for i, r in enumerate(rows) if r and r.get("capped")), None)
         nsteps, nvals = (steps, nodes) if cap_at is None else (steps[: cap_at + 1], nodes[: cap_at + 1])
         n_tr = _trend(nsteps, nvals, MIN_NODE_RISE)
+        if n_tr and not _spans_steps(rows):
+            n_tr = None  # a bigger graph each step, built afresh (a growing curriculum), not one kept
         if not (c_tr or b_tr or n_tr):
             continue
         hkind = hkinds.get(name, "")
@@ -261,6 +274,9 @@ def _holder_findings(holders, hkinds, saved_info, findings, carried) -> None:
                    "each held tensor keeps its graph"))
         elif has_grad:
             f["evidence"].append(f"{int(round(grad[-1]))} of its tensors carry a grad_fn (their autograd graphs stay alive)")
+        if last.get("host_bytes"):
+            f["evidence"].append(f"{fmt_bytes(last['host_bytes'])} of it is in host memory (tensors on another "
+                                 f"device than the tracked one)")
         if last.get("note"):
             f["evidence"].append(last["note"])
         if last.get("estimated"):

@@ -13,34 +13,33 @@ the thresholds are what they are. In short:
    per-cycle minima; a lasting fall is a release ("drop"); otherwise the series
    itself is judged.
 4. Growth needs all of: a significant Kendall tau, a rise many times the residual
-   noise and a sizeable share of the level, and a slope kept in both halves (a cache
-   decelerates, a one-off step sits in one half only).
+   noise and a sizeable share of the level, a slope kept in both halves (a cache
+   decelerates), and a rise that is not one step or a few jumps.
 """
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
-from ..run import Run
+from ..run import HOST_COLUMNS, Run
 from ..schema import Finding, Kind
 from ..units import fmt_bytes
+from .trend import bin_series, kendall, theil
 
 NAME = "growth"
 
 #: Fewer usable points than this after the warm-up: "too_short" (inconclusive).
 MIN_POINTS = 8
 #: Longer series are binned to this many points (Theil-Sen is quadratic in the points).
-MAX_POINTS = 1000
 #: Kendall's tau must be significant at this level.
 ALPHA = 0.001
 #: The rise after the warm-up must be this many times the residual noise (robust SD)...
 NOISE_K = 5.0
 #: ...and this share of the series' level (RSS creeps benignly, so it needs more).
-MIN_REL_GROWTH = 0.005
+MIN_REL_GROWTH = 0.001
 MIN_REL_GROWTH_HOST = 0.02
 #: Each half's slope must be at least SUSTAIN of the whole slope ("keeps its slope"), and
 #: the second half's may not fall below SUSTAIN of the first's, nor below KEEP of it beyond
@@ -49,8 +48,8 @@ SUSTAIN = 0.3
 KEEP = 0.5
 #: Warm-up points deviate from the steady-state line by more than this many noise SDs.
 WARMUP_K = 4.0
-#: A warm-up before a flat series whose STEP_JUMPS largest increments make STEP_SHARE of
-#: its rise is a step-up ("plateau"); a more gradual one is a filling cache ("bounded").
+#: A rise of which at most STEP_JUMPS jumps make STEP_SHARE is a few step-ups ("plateau"),
+#: in the warm-up or after it; a gradual warm-up rise is a filling cache ("bounded").
 STEP_JUMPS = 3
 STEP_SHARE = 0.8
 #: A drop is a fall of more than DROP_K step-to-step noise SDs that gives back at
@@ -74,7 +73,7 @@ LEAK_FIX = (
     'Run with level="full" to have memleak name the holder and the line that creates the tensors.'
 )
 HOST_FIX = (
-    "Host memory (RSS) grows every step. Look for host-side lists or dicts that grow each "
+    "Host memory grows every step. Look for host-side lists or dicts that grow each "
     "iteration (metrics, predictions moved to CPU, logged tensors or strings), Python objects "
     "kept alive by caches or closures, and DataLoader workers: Python lists or dicts in a Dataset "
     "are copied page by page as workers touch their refcounts (store numpy arrays instead, or use "
@@ -114,6 +113,8 @@ class _Trend:
     slope_second: float  # ... and of the second half
     decelerating: bool   # the second half's slope is well below the first's
     step_at: int | None  # where one step up fits the series at least as well as the line, if it does
+    jumps: int           # jumps up beyond the step-to-step noise...
+    jumps_rise: float    # ...and how much they rose in all
 
 
 @dataclass(frozen=True)
@@ -138,17 +139,18 @@ def analyze_growth(run: Run, column: str | None = None) -> Growth:
     pos, x_raw, y_raw = series
     if len(y_raw) < MIN_POINTS:
         return _empty(column, "too_short", capacity, int(pos[0]), len(y_raw),
-                      f"only {len(y_raw)} usable values of {column}; at least {MIN_POINTS} are needed to judge a trend")
+                      f"only {len(y_raw)} usable values of {column}; at least {MIN_POINTS} are needed "
+                      "to judge a trend")
 
-    raw_index, x, y = _bin(x_raw, y_raw)
+    raw_index, x, y = bin_series(x_raw, y_raw)
     floor = max(NOISE_FLOOR_REL * float(np.median(np.abs(y))), 1.0)
     min_rel = MIN_REL_GROWTH_HOST if column == "rss_bytes" else MIN_REL_GROWTH
     w = _warmup(x, y, floor)
     if len(y) - w < MIN_POINTS:
         first = int(raw_index[w])
         return _empty(column, "too_short", capacity, int(pos[first]), len(y_raw) - first,
-                      f"only {len(y_raw) - first} usable values of {column} after a warm-up of {first} steps; "
-                      f"at least {MIN_POINTS} are needed to judge a trend")
+                      f"only {len(y_raw) - first} usable values of {column} after a warm-up of {pos[first]} "
+                      f"steps; at least {MIN_POINTS} are needed to judge a trend")
 
     v = _classify(x[w:], y[w:], floor, min_rel)
     v = _label_warmup(v, y, w, warmup_rows=int(pos[raw_index[w]]))
@@ -159,14 +161,16 @@ def analyze_growth(run: Run, column: str | None = None) -> Growth:
 
 def detect(run: Run) -> list[Finding]:
     """A LINEAR_GROWTH finding when the primary memory series leaks, and a HOST_GROWTH
-    finding when RSS leaks and is not simply the primary (CPU tensor) leak itself."""
+    finding when host memory (the C heap, else RSS) leaks while the primary series is a
+    device one, unless it is simply the primary (CPU tensor) leak itself."""
     findings = []
     primary = run.memory_column()
     g = analyze_growth(run, primary) if primary else None
     if g is not None and g.leak:
         findings.append(_finding(run, g, Kind.LINEAR_GROWTH, LEAK_FIX))
-    if primary != "rss_bytes" and "rss_bytes" in run.steps:
-        h = analyze_growth(run, "rss_bytes")
+    host = run.host_column()
+    if host is not None and primary not in HOST_COLUMNS:
+        h = analyze_growth(run, host)
         if h.leak and not _host_growth_is_tensors(run, g, h):
             findings.append(_finding(run, h, Kind.HOST_GROWTH, HOST_FIX))
     return findings
@@ -196,25 +200,12 @@ def _step_axis(steps) -> np.ndarray:
     return np.arange(len(steps), dtype=float)
 
 
-def _bin(x: np.ndarray, y: np.ndarray):
-    """At most MAX_POINTS points: medians of equal bins. Returns (index of each bin's
-    first raw point, x, y)."""
-    n = len(y)
-    k = math.ceil(n / MAX_POINTS)
-    if k == 1:
-        return np.arange(n), x, y
-    full = n // k * k
-    xb = np.median(x[:full].reshape(-1, k), axis=1)
-    yb = np.median(y[:full].reshape(-1, k), axis=1)
-    if full < n:  # the last, partial bin
-        xb = np.append(xb, np.median(x[full:]))
-        yb = np.append(yb, np.median(y[full:]))
-    return np.arange(0, n, k), xb, yb
 
 
 def _capacity(run: Run, column: str | None) -> float | None:
-    """Where the series hits the wall: host RAM for RSS, else the run's capacity."""
-    if column == "rss_bytes":
+    """Where the series hits the wall: host RAM for host memory on an accelerator run,
+    else the run's capacity (the user's budget, the device, host RAM on a CPU run)."""
+    if column in HOST_COLUMNS and not run.device.startswith("cpu"):
         v = run.meta.get("host_memory_bytes")
         return float(v) if v else None
     return run.capacity_bytes()
@@ -233,39 +224,30 @@ def _noise_sd(a: np.ndarray, central: float = 0.9) -> float:
     return float(dev[:k].mean()) / mean_abs_central
 
 
-def _theil(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
-    """Theil-Sen slope, intercept and the slope's 95 % interval."""
-    if len(y) < 2 or np.ptp(y) == 0 or np.ptp(x) == 0:
-        return 0.0, float(np.median(y)), 0.0, 0.0
-    r = stats.theilslopes(y, x)
-    return float(r.slope), float(r.intercept), float(r.low_slope), float(r.high_slope)
 
 
-def _kendall(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    if len(y) < 3 or np.ptp(y) == 0:
-        return math.nan, math.nan  # no order to test
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        r = stats.kendalltau(x, y)
-    return float(r.statistic), float(r.pvalue)
 
 
 def _fit(x: np.ndarray, y: np.ndarray, floor: float) -> _Trend:
-    slope, intercept, _, _ = _theil(x, y)
-    tau, p = _kendall(x, y)
+    slope, intercept, _, _ = theil(x, y)
+    tau, p = kendall(x, y)
     noise = max(_noise_sd(y - (intercept + slope * x)), floor)
     h = len(y) // 2
-    first, _, low_first, _ = _theil(x[:h], y[:h])
-    second, _, _, high_second = _theil(x[h:], y[h:])
+    first, _, low_first, _ = theil(x[:h], y[:h])
+    second, _, _, high_second = theil(x[h:], y[h:])
     decelerating = second < SUSTAIN * first or (second < KEEP * first and high_second < low_first)
+    d = np.diff(y)
+    jumps = d[d > max(DROP_K * _step_noise(y), floor)]
     return _Trend(slope, intercept, tau, p, noise, slope * float(x[-1] - x[0]), float(np.median(np.abs(y))),
-                  first, second, decelerating, _step_fit(x, y))
+                  first, second, decelerating, _step_fit(x, y), len(jumps), float(jumps.sum()))
 
 
 def _step_fit(x: np.ndarray, y: np.ndarray) -> int | None:
     """The index where a single step (two flat levels) fits `y` at least as well as a straight
     line does, by least squares; None when the line fits better. Short noisy series with one
     step up look like growth to a rank test; this tells them apart."""
+    if np.ptp(x) == 0:
+        return None
     y = y - np.median(y)  # keeps the cumulative sums of squares exact
     n = len(y)
     s1, s2 = np.cumsum(y), np.cumsum(y * y)
@@ -287,10 +269,17 @@ def _growth_score(t: _Trend, min_rel: float) -> float:
 
 
 def _sustain_score(t: _Trend) -> float:
-    """>= 1 when both halves keep at least SUSTAIN of the slope and it does not decelerate."""
-    if t.slope <= 0 or t.decelerating or t.step_at is not None:
+    """>= 1 when both halves keep at least SUSTAIN of the slope, it does not decelerate, and
+    the rise is not one step or a few jumps."""
+    if t.slope <= 0 or t.decelerating or t.step_at is not None or _few_jumps(t):
         return 0.0
     return min(t.slope_first, t.slope_second) / (SUSTAIN * t.slope)
+
+
+def _few_jumps(t: _Trend) -> bool:
+    """At most STEP_JUMPS jumps made STEP_SHARE of the rise: a few step-ups (new allocator
+    blocks, a lazily built buffer), not steady growth."""
+    return 0 < t.jumps <= STEP_JUMPS and t.jumps_rise >= STEP_SHARE * t.rise
 
 
 def _falling(t: _Trend, min_rel: float) -> bool:
@@ -308,7 +297,7 @@ def _warmup(x: np.ndarray, y: np.ndarray, floor: float) -> int:
     h = len(y) // 2
     outlier = np.ones(h, dtype=bool)
     for part in (slice(h, None), slice(None)):
-        slope, intercept, _, _ = _theil(x[part], y[part])
+        slope, intercept, _, _ = theil(x[part], y[part])
         r = y - (intercept + slope * x)
         noise = max(_noise_sd(r[h:]), floor)
         outlier &= np.abs(r[:h] - np.median(r[h:])) > WARMUP_K * noise
@@ -356,14 +345,14 @@ def _judge(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float, late: boo
             return replace(later, start=later.start + h, notes=later.notes + (
                 f"the growth started after step {x[h]:.0f}; it was flat before",))
     if grow >= 1 or (t.p < ALPHA and t.tau > 0):
-        return _rise_not_leak(x, y, t, score)
+        return _rise_not_leak(x, y, t, grow, score)
     if _falling(t, min_rel):
         return _Verdict("drop", False, 0, t, 0.0, (
             f"memory falls by {fmt_bytes(-t.slope)}/step: it is being released",))
     return _Verdict("flat", False, 0, t, grow)
 
 
-def _rise_not_leak(x, y, t: _Trend, score: float) -> _Verdict:
+def _rise_not_leak(x, y, t: _Trend, grow: float, score: float) -> _Verdict:
     """Memory went up, but not steadily: it saturates, stepped up once, or is not yet confirmed."""
     if t.decelerating:
         return _Verdict("bounded", False, 0, t, score, (
@@ -375,7 +364,10 @@ def _rise_not_leak(x, y, t: _Trend, score: float) -> _Verdict:
         return _Verdict("plateau", False, 0, t, score, (
             f"memory stepped up by {fmt_bytes(rise)} at step {x[j]:.0f} rather than growing steadily: "
             "one step fits the series as well as a straight line",))
-    if _growth_score(t, MIN_REL_GROWTH) >= 1:
+    if _few_jumps(t):
+        return _Verdict("plateau", False, 0, t, score, (
+            f"memory rose in {t.jumps} jump(s) of {fmt_bytes(t.jumps_rise)} in all rather than steadily",))
+    if grow >= 1:
         return _Verdict("linear", False, 0, t, score, (
             "memory grows, but not steadily enough across the two halves to confirm a leak yet",))
     return _Verdict("bounded", False, 0, t, score, ("memory creeps up, too little to count as growth",))
@@ -444,8 +436,8 @@ def _label_warmup(v: _Verdict, y: np.ndarray, w: int, warmup_rows: int) -> _Verd
     jumps = np.sort(np.diff(y[:w + 1]))[-STEP_JUMPS:]
     if jumps.sum() >= STEP_SHARE * rise:
         return replace(v, shape="plateau", notes=v.notes + (
-            f"memory stepped up by {fmt_bytes(rise)} during the first {warmup_rows} steps (e.g. optimizer state created "
-            "at the first step), then stayed flat",))
+            f"memory stepped up by {fmt_bytes(rise)} during the first {warmup_rows} steps "
+            "(e.g. optimizer state created at the first step), then stayed flat",))
     return replace(v, shape="bounded", notes=v.notes + (
         f"memory rose gradually by {fmt_bytes(rise)} over the first {warmup_rows} steps, then stayed flat "
         "(e.g. a cache filling up)",))
@@ -498,15 +490,17 @@ def _evidence(column, v: _Verdict, warmup_rows, n_steps, raw_x, capacity, steps_
     if math.isnan(t.p):
         lines.append("the values are constant: no trend")
     else:
-        lines.append(f"Kendall tau {t.tau:.2f} against the step, p = {t.p:.2g}; total rise {fmt_bytes(t.rise, signed=True)} "
-                     f"is {t.rise / t.noise:.1f}x the residual noise ({fmt_bytes(t.noise)}) and "
-                     f"{100 * t.rise / t.level if t.level else math.inf:.1f} % of the level ({fmt_bytes(t.level)})")
+        share = 100 * t.rise / t.level if t.level else math.inf
+        lines.append(f"Kendall tau {t.tau:.2f} against the step, p = {t.p:.2g}; total rise "
+                     f"{fmt_bytes(t.rise, signed=True)} is {t.rise / t.noise:.1f}x the residual noise "
+                     f"({fmt_bytes(t.noise)}) and {share:.1f} % of the level ({fmt_bytes(t.level)})")
         lines.append(f"slope {fmt_bytes(t.slope_first, signed=True)}/step in the first half, "
                      f"{fmt_bytes(t.slope_second, signed=True)}/step in the second")
     lines.extend(v.notes)
     if steps_to_full is not None:
         when = f" (about {_fmt_seconds(seconds_to_full)})" if seconds_to_full is not None else ""
-        lines.append(f"at this rate the {fmt_bytes(capacity)} available are full in about {steps_to_full:,.0f} more steps{when}")
+        lines.append(f"at this rate the {fmt_bytes(capacity)} available are full in about "
+                     f"{steps_to_full:,.0f} more steps{when}")
     return tuple(lines)
 
 
@@ -534,7 +528,6 @@ def _jsonable(d: dict) -> dict:
 
 
 def _host_growth_is_tensors(run: Run, g: Growth | None, h: Growth) -> bool:
-    """On a CPU run, tensors live in host memory: RSS growth that the leaking
+    """On a CPU run, tensors live in host memory: host growth that the leaking
     tensor series accounts for (half its slope or more) is that same leak."""
-    return (g is not None and g.leak and run.device.startswith("cpu")
-            and g.column != "rss_bytes" and g.slope >= 0.5 * h.slope)
+    return g is not None and g.leak and run.device.startswith("cpu") and g.slope >= 0.5 * h.slope

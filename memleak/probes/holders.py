@@ -133,8 +133,10 @@ class HolderStats:
     n_grad: float = 0.0
     old: float = 0.0        # tensors first seen at least 2 steps ago
     old_bytes: float = 0.0
+    host_bytes: float = 0.0  # bytes on another device than the tracked one (CPU copies on a GPU run)
     nodes: int = 0           # autograd graph nodes reachable from its tensors (bounded)
     nodes_capped: bool = False
+    seq: tuple | None = None  # lowest and highest node sequence numbers in that graph
     estimated: bool = False
     note: str = ""
     _storages: set = field(default_factory=set, repr=False)
@@ -144,8 +146,12 @@ class HolderStats:
         r = {"holder": self.holder, "kind": self.kind, "count": round(self.count, 1),
              "bytes": int(self.nbytes), "grad": round(self.n_grad, 1), "old": round(self.old, 1),
              "old_bytes": int(self.old_bytes), "nodes": self.nodes}
+        if self.host_bytes:
+            r["host_bytes"] = int(self.host_bytes)
         if self.nodes_capped:
             r["capped"] = True
+        if self.seq is not None:
+            r["seq"] = list(self.seq)
         if self.estimated:
             r["estimated"] = True
         if self.note:
@@ -194,17 +200,30 @@ def _fn_name(fn) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def count_graph(grad_fns: list, cap: int) -> tuple[int, bool]:
-    """Autograd nodes reachable from these grad_fns, at most `cap`."""
+_NO_SEQ = 1 << 63  # AccumulateGrad nodes carry UINT64_MAX as their sequence number
+
+
+def graph_stats(grad_fns: list, cap: int) -> tuple[int, bool, int | None, int | None]:
+    """Autograd nodes reachable from these grad_fns (at most `cap`), and the lowest and highest
+    sequence numbers among them: nodes are numbered as they are created, so a graph whose lowest
+    number is older than the last sample's highest still holds nodes from an earlier step."""
     seen: set[int] = set()
     stack = list(grad_fns)
+    lo = hi = None
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        try:
+            seq = node._sequence_nr()
+        except (AttributeError, RuntimeError):
+            seq = _NO_SEQ
+        if seq < _NO_SEQ:
+            lo = seq if lo is None or seq < lo else lo
+            hi = seq if hi is None or seq > hi else hi
         if len(seen) >= cap:
-            return len(seen), True
+            return len(seen), True, lo, hi
         try:
             nxt = node.next_functions
         except (AttributeError, RuntimeError):
@@ -212,15 +231,22 @@ def count_graph(grad_fns: list, cap: int) -> tuple[int, bool]:
         for n, _ in nxt:
             if n is not None and id(n) not in seen:
                 stack.append(n)
-    return len(seen), False
+    return len(seen), False, lo, hi
+
+
+def count_graph(grad_fns: list, cap: int) -> tuple[int, bool]:
+    """Autograd nodes reachable from these grad_fns, at most `cap`."""
+    n, capped, _, _ = graph_stats(grad_fns, cap)
+    return n, capped
 
 
 class Walk:
     """One walk from the roots. `holders` by name, `tensor_holder` by tensor id."""
 
     def __init__(self, *, step: int, exclude: set[int], ages: Ages, module_names: dict[int, str],
-                 budget: int = 6000, graph_cap: int = 3000):
+                 budget: int = 6000, graph_cap: int = 3000, device_type: str | None = None):
         self.step = step
+        self.device_type = device_type
         self.exclude = exclude
         self.ages = ages
         self.module_names = module_names
@@ -420,6 +446,8 @@ class Walk:
             st._storages.add(key)
         st.count += weight
         st.nbytes += nb * weight
+        if self.device_type is not None and t.device.type != self.device_type:
+            st.host_bytes += nb * weight
         age = self.step - self.ages.first_seen(t, self.step)
         if age >= 2:
             st.old += weight
@@ -439,7 +467,9 @@ class Walk:
         left = self.graph_cap * 4
         for st in sorted(self.holders.values(), key=lambda s: -len(s._grad_fns)):
             if st._grad_fns and left > 0:
-                st.nodes, st.nodes_capped = count_graph(st._grad_fns, min(self.graph_cap, left))
+                st.nodes, st.nodes_capped, lo, hi = graph_stats(st._grad_fns, min(self.graph_cap, left))
+                if lo is not None:
+                    st.seq = (lo, hi)
                 left -= st.nodes
             st._grad_fns = []
             st._storages = set()
@@ -507,10 +537,11 @@ def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
 
 
 def walk_roots(*, step: int, model, optimizer, ages: Ages, exclude: set[int], frames: list,
-               budget: int = 6000, graph_cap: int = 3000) -> Walk:
+               budget: int = 6000, graph_cap: int = 3000, device_type: str | None = None) -> Walk:
     """Walk from the frames' locals, their globals, and the model tree."""
     names = module_names(model)
-    w = Walk(step=step, exclude=exclude, ages=ages, module_names=names, budget=budget, graph_cap=graph_cap)
+    w = Walk(step=step, exclude=exclude, ages=ages, module_names=names, budget=budget, graph_cap=graph_cap,
+             device_type=device_type)
     skip = {id(model), id(optimizer)} if model is not None else {id(optimizer)}
     w.visited.update(skip - {id(None)})
     seen_globals: set[int] = set()

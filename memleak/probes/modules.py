@@ -49,12 +49,21 @@ def memory_counter(device: torch.device) -> tuple[Callable[[], int] | None, str]
         from .host import _mallinfo2
         mi = _mallinfo2()
         if mi is not None:
-            return (lambda: (lambda i: i.uordblks + i.hblkhd)(mi())), "heap"
+            def heap() -> int:
+                i = mi()
+                return i.uordblks + i.hblkhd
+            return heap, "heap"
         return None, "none"
+    fn = (lambda: torch.accelerator.memory_allocated(device.index))
     try:
-        return (lambda: torch.accelerator.memory_allocated(device.index)), "accelerator_allocated"
+        fn()  # a counter that fails would fail inside the user's forward: test it here
     except Exception:
         return None, "none"
+    return fn, "accelerator_allocated"
+
+
+def _zero() -> int:
+    return 0
 
 
 def _tensors(out, limit: int = MAX_OUTPUTS):
@@ -76,6 +85,7 @@ class ModuleProbe(Probe):
             raise Unavailable("no model was given: module attribution needs memleak.track(model, ...)")
         self.ctx = ctx
         self.counter, self.counter_name = memory_counter(ctx.device)
+        self.count = self.counter or _zero
         self.handles: list = []
         self.node_handles: list = []
         self.paths: list[str] = []
@@ -111,37 +121,37 @@ class ModuleProbe(Probe):
 
     # ------------------------------------------------------------ hooks
     def _pre(self, module, inputs):
-        c = self.counter
-        self.stack.append(c() if c is not None else 0)
+        self.stack.append(self.count())
         if self.detail:
             i = self.index.get(id(module))
             if i is not None:
-                for t in _tensors(inputs, 2):
-                    gf = t.grad_fn
-                    if gf is not None:
-                        self.node_handles.append(gf.register_prehook(self._bw_end_hook(i)))
-                        break
+                try:
+                    for t in _tensors(inputs, 2):
+                        gf = t.grad_fn
+                        if gf is not None:
+                            self.node_handles.append(gf.register_prehook(self._bw_end_hook(i)))
+                            break
+                except Exception:  # a hook must never break the user's forward
+                    pass
 
     def _post(self, module, inputs, output):
-        c = self.counter
         start = self.stack.pop() if self.stack else 0
         i = self.index.get(id(module))
         if i is None:
             return
         self.calls[i] += 1
-        if c is not None:
-            self.fwd[i] += c() - start
+        self.fwd[i] += self.count() - start
         if self.detail:
-            for t in _tensors(output):
-                try:
+            try:
+                for t in _tensors(output):
                     _, nb = tensor_nbytes(t)
                     self.outputs.append((weakref.ref(t), i, self.detail_step, nb))
-                except TypeError:
-                    continue
-            for t in _tensors(output, 1):
-                gf = t.grad_fn
-                if gf is not None:
-                    self.node_handles.append(gf.register_prehook(self._bw_start_hook(i)))
+                for t in _tensors(output, 1):
+                    gf = t.grad_fn
+                    if gf is not None:
+                        self.node_handles.append(gf.register_prehook(self._bw_start_hook(i)))
+            except Exception:  # a hook must never break the user's forward
+                pass
 
     def _bw_start_hook(self, i: int):
         def hook(grad_outputs):

@@ -121,7 +121,7 @@ class TensorProbe(Probe):
         self.budget = float(ctx.options.get("deep_budget", 0.10))
         self.ages = Ages()
         self.births: dict[int, tuple[Any, int, str]] = {}   # id -> (weakref, step, site)
-        self.saved: list[tuple[Any, int, int, int]] = []   # (weakref, step, storage ptr, bytes)
+        self.saved: list[tuple] = []   # (weakref to the box, step, storage ptr, bytes, site)
         self.saved_tagged: dict[int, list[int]] = {}
         self.n_tags = 0
         self._mode = None
@@ -138,7 +138,6 @@ class TensorProbe(Probe):
         self.next_deep = 1
         self.referrer_lookups = 0
         self.named_sites: dict[str, str] = {}
-        self.site_cache: dict[Any, str] = {}
         # Under torch.compile a mode or saved-tensor hook would break graphs or force recompiles:
         # only the reference walk runs then.
         self.tagging = not is_compiled(ctx.model_ref())
@@ -283,7 +282,8 @@ class TensorProbe(Probe):
         exclude, ptrs = excluded_ids(model, opt)
         frames = user_frames()
         t0 = time.perf_counter()
-        walk = walk_roots(step=step, model=model, optimizer=opt, ages=self.ages, exclude=exclude, frames=frames)
+        walk = walk_roots(step=step, model=model, optimizer=opt, ages=self.ages, exclude=exclude, frames=frames,
+                          device_type=self.ctx.device.type)
         del frames
         walk_seconds = time.perf_counter() - t0
         # A holder whose graph grew since the last deep step may carry it from step to step: watch

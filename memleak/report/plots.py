@@ -15,9 +15,9 @@ from ..units import fmt_bytes
 
 #: Series drawn in the memory panel: these when present, else the first fallback present.
 MEMORY_SERIES = ("allocated_bytes", "reserved_bytes")
-FALLBACK_SERIES = ("tensor_bytes", "rss_bytes")
-LABELS = {"allocated_bytes": "allocated", "reserved_bytes": "reserved", "tensor_bytes": "live tensors",
-          "rss_bytes": "process RSS"}
+FALLBACK_SERIES = ("heap_bytes", "tensor_bytes", "rss_bytes")
+LABELS = {"allocated_bytes": "allocated", "reserved_bytes": "reserved", "heap_bytes": "C heap",
+          "tensor_bytes": "live tensors", "rss_bytes": "process RSS"}
 #: The OOM projection is drawn to scale only when it lands within this many run lengths.
 MAX_PROJECTION = 4.0
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -109,8 +109,9 @@ def _memory_series(steps, growth) -> list[tuple[str, np.ndarray]]:
     """Allocated and reserved when present, else the census or RSS; always the analysed column."""
     names = [n for n in MEMORY_SERIES if _column(steps, n) is not None]
     names = names or [n for n in FALLBACK_SERIES if _column(steps, n) is not None][:1]
-    if growth is not None and growth.column and growth.column not in names and _column(steps, growth.column) is not None:
-        names.append(growth.column)
+    analysed = growth.column if growth is not None else None
+    if analysed and analysed not in names and _column(steps, analysed) is not None:
+        names.append(analysed)
     return [(LABELS.get(n, n), _column(steps, n)) for n in names]
 
 

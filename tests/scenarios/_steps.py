@@ -1,5 +1,4 @@
 """A training-step helper module, as projects keep in utils.py/engine.py (used by leak_step_fn_global)."""
-import torch
 from torch import nn
 
 # Hard examples kept for a later "replay" pass that never comes: grows every step.
