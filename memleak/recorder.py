@@ -32,6 +32,8 @@ LEVELS = ("counters", "modules", "full")
 # Steps at which the live leak check runs: sparse enough that its cost stays negligible.
 _FIRST_LIVE_CHECK = 16
 _LIVE_CHECK_GROWTH = 1.5
+# ...and only while all checks so far cost at most this share of the run's time.
+_LIVE_CHECK_BUDGET = 0.005
 # The columns kept in memory for that check (the full records go to the sink).
 _NAN = float("nan")
 _LIVE_COLUMNS = ("step", "time", "duration", "allocated_bytes", "heap_bytes", "tensor_bytes",
@@ -45,6 +47,20 @@ def is_oom(exc: BaseException | None) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     return isinstance(exc, RuntimeError) and ("can't allocate memory" in str(exc) or "out of memory" in str(exc))
+
+
+def _trends_up(y, min_tau: float = 0.3, points: int = 200) -> bool:
+    """A cheap screen before the growth detector: Kendall's tau of the series against
+    time (on at most `points` evenly spaced values) is clearly positive. The detector
+    needs a far stronger trend to confirm a leak, so this only skips hopeless cases."""
+    import numpy as np
+    y = y[~np.isnan(y)]
+    if len(y) < 8:
+        return False
+    if len(y) > points:
+        y = y[np.linspace(0, len(y) - 1, points).astype(int)]
+    upper = np.triu_indices(len(y), 1)
+    return float(np.sign(y[None, :] - y[:, None])[upper].mean()) >= min_tau
 
 
 def _rank() -> tuple[int, int]:
@@ -100,6 +116,7 @@ class Tracker:
         self._step = 0
         self._series = {col: array("d") for col in _LIVE_COLUMNS}  # 8 bytes a value, NaN when absent
         self._next_live_check = _FIRST_LIVE_CHECK
+        self._live_seconds = 0.0
         self.leak_confirmed = False
         self.sink: RecordSink | None = None
         self.path: Path | None = None
@@ -250,9 +267,11 @@ class Tracker:
             v = values.get(col)
             vals.append(_NAN if v is None else v)
         self._step += 1
-        if self._step >= self._next_live_check:
+        if self._step >= self._next_live_check and self._live_seconds <= _LIVE_CHECK_BUDGET * (now - self._t0):
             self._next_live_check = int(self._step * _LIVE_CHECK_GROWTH)
+            t0 = time.perf_counter()
             self._live_check()
+            self._live_seconds += time.perf_counter() - t0
         self._begin(self._step)
 
     # ------------------------------------------------------------ live warning
@@ -264,8 +283,11 @@ class Tracker:
         import pandas as pd
 
         from .detect.growth import analyze_growth
-        from .run import Run
-        steps = pd.DataFrame({col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self._series.items()})
+        from .run import MEMORY_COLUMNS, Run
+        series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self._series.items()}
+        if not any(_trends_up(series[col]) for col in MEMORY_COLUMNS if col in series):
+            return  # the usual case, a clean run: no need for the full (~10 ms) analysis
+        steps = pd.DataFrame(series)
         try:
             growth = analyze_growth(Run(self.meta, steps.dropna(axis=1, how="all")))
         except Exception as e:  # a detector bug must not break the user's training loop

@@ -78,7 +78,7 @@ def test_a_failing_live_check_never_breaks_the_loop(caplog, monkeypatch):
     monkeypatch.setattr(growth, "analyze_growth", broken)
     caplog.set_level(logging.WARNING, logger="memleak")
     with memleak.track(level="counters") as tracker:
-        loop(tracker, leak=False, steps=60)
+        loop(tracker, leak=True, steps=60)  # a growing series: the screen passes it to the detector
     failures = [r for r in caplog.records if "live leak check failed" in r.getMessage()]
     assert len(failures) == 1  # said once, then turned off
     assert len(tracker.run().steps) == 60
@@ -102,3 +102,16 @@ def test_the_live_check_does_not_disturb_the_memory_it_measures():
     if jump < 0:
         pytest.skip("no C-heap counter on this platform")
     assert jump < 2 * 2**20, f"the heap jumped by {jump / 2**20:.1f} MiB in one step of a clean loop"
+
+
+def test_the_cheap_screen_passes_growth_and_stops_flat_noise():
+    import numpy as np
+
+    from memleak.recorder import _trends_up
+    rng = np.random.default_rng(0)
+    steps = np.arange(40)
+    assert all(_trends_up(1e8 + 5e5 * steps + rng.normal(0, 1e5, 40)) for _ in range(50))
+    flat = [_trends_up(1e8 + rng.normal(0, 1e4, 40)) for _ in range(500)]
+    assert sum(flat) < 0.05 * len(flat)
+    assert not _trends_up(np.full(40, 1e8))
+    assert not _trends_up(np.array([np.nan] * 40))

@@ -18,6 +18,7 @@ the thresholds are what they are. In short:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -219,9 +220,15 @@ def _noise_sd(a: np.ndarray, central: float = 0.9) -> float:
     allocator values, where over half of the deviations can be exactly 0."""
     dev = np.sort(np.abs(a - np.median(a)))
     k = max(1, int(central * dev.size))
+    return float(dev[:k].mean()) / _mean_abs_central(central)
+
+
+@functools.lru_cache(maxsize=None)
+def _mean_abs_central(central: float) -> float:
+    """E|Z| over the `central` share of a standard normal closest to 0 (a constant; scipy's
+    distribution calls are slow enough to matter in the live check)."""
     z = stats.norm.ppf((1 + central) / 2)
-    mean_abs_central = 2 * (stats.norm.pdf(0) - stats.norm.pdf(z)) / central  # E|Z| over the central share
-    return float(dev[:k].mean()) / mean_abs_central
+    return float(2 * (stats.norm.pdf(0) - stats.norm.pdf(z)) / central)
 
 
 

@@ -16,6 +16,7 @@ from the weak references in `Ages`.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import sys
 import sysconfig
@@ -37,8 +38,7 @@ _SKIP_PACKAGES = {"torch", "numpy", "pandas", "scipy", "matplotlib", "memleak", 
                   "multiprocessing", "concurrent", "asyncio", "importlib", "abc", "enum", "re", "io",
                   "weakref", "inspect", "ast", "tokenize", "unittest", "hypothesis", "IPython", "ipykernel",
                   "jupyter_client", "tornado", "zmq", "_io", "sre_compile", "pathlib", "os", "sys",
-                  "socket", "ssl", "json", "pickle", "random", "argparse", "tqdm", "PIL", "sklearn",
-                  "transformers_modules"} - {"transformers_modules"}
+                  "socket", "ssl", "json", "pickle", "random", "argparse", "tqdm", "PIL", "sklearn"}
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray, range, slice, type(Ellipsis))
 _SEQUENCES = (list, tuple, collections.deque, set, frozenset)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
@@ -49,13 +49,21 @@ _MODULE_SKIP = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_
                 "training", "_compiled_call_impl", *_HOOK_DICTS}
 # Long containers are sampled at both ends (newest last), and their totals extrapolated.
 SEQ_SAMPLE = 12
+# ...but every tensor in them, up to this many, is mapped to its holder by id.
+NAME_ALL_UP_TO = 100_000
 
 _internal_code: dict[Any, bool] = {}
 _SNAPSHOT_LOCALS = sys.version_info < (3, 13)
 _CO_OPTIMIZED = 0x0001
 
 
+# The demo's training loop ships inside memleak but plays the user's part.
+_DEMO_FILE = os.path.join(_MEMLEAK_DIR, "demo.py")
+
+
 def _is_internal_file(filename: str) -> bool:
+    if filename == _DEMO_FILE:
+        return False
     return filename.startswith(_TORCH_DIR) or filename.startswith(_MEMLEAK_DIR) or filename.startswith("<frozen")
 
 
@@ -67,7 +75,8 @@ def _is_library_file(filename: str) -> bool:
     hit = _library_file.get(filename)
     if hit is None:
         real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
-        hit = _library_file[filename] = any(real.startswith(d) for d in _LIB_DIRS) or filename.startswith("<frozen")
+        hit = _library_file[filename] = filename != _DEMO_FILE and (
+            any(real.startswith(d) for d in _LIB_DIRS) or filename.startswith("<frozen"))
     return hit
 
 
@@ -360,6 +369,7 @@ class Walk:
                 items = list(obj[:SEQ_SAMPLE]) + list(obj[-SEQ_SAMPLE:])
             w = weight * n / len(items)
             self._estimated(holder or path)
+            self._name_unsampled(obj, holder or path)
         for it in items:
             self.push(it, child, holder or path, kind, w, note)
 
@@ -374,6 +384,7 @@ class Walk:
             keys = list(obj.keys())
             items = [(k, obj[k]) for k in keys[:SEQ_SAMPLE] + keys[-SEQ_SAMPLE:]]
             self._estimated(holder or path)
+            self._name_unsampled(obj.values(), holder or path)
         w = weight * n / len(items)
         for k, v in items:
             if named and isinstance(k, str):
@@ -421,6 +432,14 @@ class Walk:
                           kind, weight, note)
 
     # -- leaves
+    def _name_unsampled(self, items, holder: str) -> None:
+        """Map every tensor directly in a long container to its holder. Only the ends are
+        measured (sampled), but an id lookup is cheap, and without it tensors born in the
+        middle would look held by nothing."""
+        for it in itertools.islice(items, NAME_ALL_UP_TO):
+            if issubclass(type(it), torch.Tensor):
+                self.tensor_holder.setdefault(id(it), holder)
+
     def _estimated(self, holder: str) -> None:
         self._stats(holder, "").estimated = True
 

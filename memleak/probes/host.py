@@ -57,14 +57,24 @@ class HostProbe(Probe):
 
     def start(self, ctx: ProbeContext) -> dict[str, Any]:
         self.mallinfo2 = _mallinfo2()
+        # Kept open: re-reading with pread costs a third of open/read/close (~100 us in a training process).
+        try:
+            self.statm: int | None = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self.statm = None
         return {"host_memory_bytes": host_memory_bytes()}
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        rss = rss_bytes()
+        rss = int(os.pread(self.statm, 128, 0).split()[1]) * _PAGE if self.statm is not None else rss_bytes()
         if rss is not None:
             values["rss_bytes"] = rss
         if self.mallinfo2 is not None:
             info = self.mallinfo2()
             values["heap_bytes"] = int(info.uordblks + info.hblkhd)
         return values
+
+    def stop(self) -> None:
+        if getattr(self, "statm", None) is not None:
+            os.close(self.statm)
+            self.statm = None
