@@ -142,6 +142,10 @@ def _fix(kind: Kind, holder: str, hkind: str, chained: bool, has_grad: bool, sav
     if hkind == "closure":
         return (f"`{holder}` is captured by a closure (a hook or callback) and gains tensors every step: store "
                 f"`t.detach().cpu()` or a number, clear it after use, or remove the hook when done{grad}.")
+    if hkind == "default_arg":
+        return (f"`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
+                f"it stays alive for the life of the function. Default to `None` and create the container inside the "
+                f"function, or pass it in explicitly and clear it{grad}.")
     if hkind == "unreachable":
         return ("tensors created here stay alive although no variable, attribute or container memleak could "
                 "reach holds them: typically a reference cycle through autograd (a custom autograd Function "
@@ -243,7 +247,7 @@ def _holder_findings(holders, hkinds, saved_info, findings, carried) -> None:
                        "nodes": nodes, "chained": chained, "carried": name in carried})
         where = {"module_attr": "the module attribute", "buffer": "the buffer", "closure": "the closure variable",
                  "class_attr": "the class attribute", "global": "the global", "local": "the variable",
-                 "hook": "the hook object"}.get(hkind, "")
+                 "hook": "the hook object", "default_arg": "the default argument"}.get(hkind, "")
         if "." in name and hkind in ("local", "global"):
             where = "the attribute"
         size = fmt_bytes(nbytes[-1])

@@ -205,6 +205,17 @@ def _closure_items(fn) -> Iterator[tuple[str, Any]]:
             continue
 
 
+def _default_items(fn) -> Iterator[tuple[str, Any]]:
+    """(argument name, default value) of a function: a mutable default lives as long as the function."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return
+    defaults = getattr(fn, "__defaults__", None) or ()
+    positional = code.co_varnames[:code.co_argcount]
+    yield from zip(positional[len(positional) - len(defaults):], defaults)
+    yield from (getattr(fn, "__kwdefaults__", None) or {}).items()
+
+
 def _fn_name(fn) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
@@ -608,6 +619,11 @@ def walk_roots(*, step: int, model, optimizer, ages: Ages, exclude: set[int], fr
     for g in globals_list:
         modname = g.get("__name__", "")
         for k, v in list(g.items()):
+            if isinstance(v, types.FunctionType) and v.__module__ == modname:
+                for arg, default in _default_items(v):  # a mutable default lives as long as the function
+                    if isinstance(default, (torch.Tensor, list, dict, collections.deque, set)):
+                        w.add_root(default, f"{k}.{arg}", "default_arg")
+                continue
             if k.startswith("__") or isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType)):
                 continue
             if isinstance(v, type):
