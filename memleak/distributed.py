@@ -323,7 +323,7 @@ class MultiReport(Report):
         return f"INCONCLUSIVE on {_where(undecided)}: too few steps or no clear trend to decide"
 
     def __str__(self) -> str:
-        from .report.text import _table, _wrap
+        from .report.text import _wrap, suspect_lines
         run = self.run
         lines = [f"memleak report: {run.path or '(in-memory run)'} "
                  f"({len(run.ranks)} rank{'s' if len(run.ranks) != 1 else ''}, world size {run.world_size})"]
@@ -352,15 +352,7 @@ class MultiReport(Report):
                 lines += _wrap(d.evidence, "  - ")
         else:
             lines += ["", "no rank diverges from the others."]
-        if self.suspects:
-            lines += ["", "suspects over all ranks, most likely first:"] + _table(self.suspects)
-            for i, s in enumerate(self.suspects, 1):
-                lines += ["", f"{i}. {s.kind.value} at {s.location}  (confidence {s.confidence:.2f})"]
-                for e in s.evidence:
-                    lines += _wrap(e, "   - ")
-                lines += _wrap("fix: " + s.fix, "   ")
-        else:
-            lines += ["", "no suspects."]
+        lines += suspect_lines(self.suspects, "suspects over all ranks, most likely first:")
         for e in run.events:
             if e.get("event") == "oom":
                 lines += ["", f"out of memory on rank {e['rank']} at step {e.get('step')}: {e.get('message', '')}"]

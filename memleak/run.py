@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 # Which column shows memory growth best, in order of preference. On an
@@ -12,6 +13,15 @@ import pandas as pd
 # resort (it never shrinks after a free and counts Python objects too).
 MEMORY_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes", "rss_bytes")
 HOST_COLUMNS = ("heap_bytes", "rss_bytes")
+
+
+def step_axis(steps: pd.DataFrame) -> np.ndarray:
+    """The step column as floats when it is complete, else the row number."""
+    if "step" in steps:
+        s = np.asarray(steps["step"], dtype=float)
+        if np.isfinite(s).all():
+            return s
+    return np.arange(len(steps), dtype=float)
 
 
 class Run:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from ..run import HOST_COLUMNS, Run
+from ..run import HOST_COLUMNS, Run, step_axis
 from ..schema import Finding, Kind
 from ..units import fmt_bytes
 from .trend import bin_series, kendall, theil
@@ -185,20 +185,13 @@ def _series(run: Run, column: str | None):
         return None
     steps = run.steps
     y = np.asarray(steps[column], dtype=float)
-    x = _step_axis(steps)
+    x = step_axis(steps)
     keep = np.isfinite(y) & np.isfinite(x)
     if not keep.any():
         return None
     return np.flatnonzero(keep), x[keep], y[keep]
 
 
-def _step_axis(steps) -> np.ndarray:
-    """The step column when it is complete, else the row number."""
-    if "step" in steps:
-        s = np.asarray(steps["step"], dtype=float)
-        if np.isfinite(s).all():
-            return s
-    return np.arange(len(steps), dtype=float)
 
 
 
@@ -479,7 +472,7 @@ def _seconds_per_step(run: Run) -> float | None:
             return float(np.median(d))
     if "time" in steps:
         t = np.asarray(steps["time"], dtype=float)
-        dt, ds = np.diff(t), np.diff(_step_axis(steps))
+        dt, ds = np.diff(t), np.diff(step_axis(steps))
         ok = np.isfinite(dt) & (dt > 0) & (ds > 0)
         if ok.any():
             return float(np.median(dt[ok] / ds[ok]))
@@ -519,7 +512,7 @@ def _fmt_seconds(s: float) -> str:
 
 
 def _finding(run: Run, g: Growth, kind: Kind, fix: str) -> Finding:
-    x = _step_axis(run.steps)
+    x = step_axis(run.steps)
     total = g.slope * float(x[-1] - x[g.warmup_steps])  # the fitted rise over the analysed steps
     return Finding(
         detector=NAME, kind=kind, location=g.column or "", bytes_per_step=g.slope, total_bytes=total,

@@ -74,3 +74,19 @@ class FitSession:
             if paths:
                 echo(f"\nmemleak: run and report written to {self.out}/")
         return report
+
+
+class FitCallbackMixin:
+    """What both framework callbacks expose of their FitSession."""
+
+    _session: FitSession
+
+    @property
+    def report(self):
+        """The `memleak.Report` of the last fit (None before one ends)."""
+        return self._session.report
+
+    @property
+    def tracker(self):
+        """The running `memleak.Tracker` during a fit (None otherwise)."""
+        return self._session.tracker

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._fit import FitSession
+from ._fit import FitCallbackMixin, FitSession
 from ._optional import require
 
 transformers = require("transformers", "huggingface", "memleak.integrations.huggingface")
@@ -24,7 +24,7 @@ transformers = require("transformers", "huggingface", "memleak.integrations.hugg
 __all__ = ["MemleakCallback"]
 
 
-class MemleakCallback(transformers.TrainerCallback):
+class MemleakCallback(FitCallbackMixin, transformers.TrainerCallback):
     """Track memory over `Trainer.train()`: one iteration per optimizer step.
 
     With gradient accumulation, the steps that only accumulate belong to the
@@ -43,16 +43,6 @@ class MemleakCallback(transformers.TrainerCallback):
         self._session = FitSession(out, level, print_report, tracker_options)
         self._out = None if out is None else Path(out)
         self._atexit = False
-
-    @property
-    def report(self):
-        """The `memleak.Report` of the last `train()` (None before it ends)."""
-        return self._session.report
-
-    @property
-    def tracker(self):
-        """The running `memleak.Tracker` during training (None otherwise)."""
-        return self._session.tracker
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         import torch

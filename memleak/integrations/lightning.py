@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._fit import FitSession
+from ._fit import FitCallbackMixin, FitSession
 from ._optional import MissingDependencyError, require
 
 
@@ -35,7 +35,7 @@ pl = _lightning()
 __all__ = ["MemleakCallback"]
 
 
-class MemleakCallback(pl.Callback):
+class MemleakCallback(FitCallbackMixin, pl.Callback):
     """Track memory over `trainer.fit`: one iteration per optimizer step.
 
     Parameters are those of `memleak.track`: ``out`` (folder for the run file
@@ -54,16 +54,6 @@ class MemleakCallback(pl.Callback):
         self._session = FitSession(out, level, print_report, tracker_options)
         self._out = None if out is None else Path(out)
         self._last_global_step = 0
-
-    @property
-    def report(self):
-        """The `memleak.Report` of the last fit (None before it ends)."""
-        return self._session.report
-
-    @property
-    def tracker(self):
-        """The running `memleak.Tracker` during a fit (None otherwise)."""
-        return self._session.tracker
 
     def on_fit_start(self, trainer, pl_module) -> None:
         import torch

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ..run import step_axis
 from ..schema import Suspect
 from ..units import fmt_bytes
 
@@ -31,7 +32,7 @@ def plot_run(run, growth=None, suspects=None):
         from ..detect.growth import analyze_growth
         growth = analyze_growth(run)
     steps = run.steps
-    x = _step_axis(steps)
+    x = step_axis(steps)
     frag = _fragmentation_series(steps)
     fig = Figure(figsize=(10, 6.5 if frag else 4.5), layout="constrained")
     axes = fig.subplots(2 if frag else 1, 1, sharex=True, squeeze=False)[:, 0]
@@ -90,12 +91,6 @@ def _figure_class():
     return Figure
 
 
-def _step_axis(steps) -> np.ndarray:
-    if "step" in steps:
-        s = np.asarray(steps["step"], dtype=float)
-        if np.isfinite(s).all():
-            return s
-    return np.arange(len(steps), dtype=float)
 
 
 def _column(steps, name) -> np.ndarray | None:

@@ -58,6 +58,19 @@ def _wrap(text: str, indent: str) -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=" " * len(indent)) or [indent]
 
 
+def suspect_lines(suspects, heading: str) -> list[str]:
+    """The ranked table, then each suspect's evidence and fix."""
+    if not suspects:
+        return ["", "no suspects."]
+    lines = ["", heading] + _table(suspects)
+    for i, s in enumerate(suspects, 1):
+        lines += ["", f"{i}. {s.kind.value} at {s.location}  (confidence {s.confidence:.2f})"]
+        for e in s.evidence:
+            lines += _wrap(e, "   - ")
+        lines += _wrap("fix: " + s.fix, "   ")
+    return lines
+
+
 def render(report) -> str:
     run = report.run
     meta = getattr(run, "meta", {}) or {}
@@ -77,15 +90,7 @@ def render(report) -> str:
     growth_is_a_suspect = any("growth" in s.detectors for s in report.suspects)
     for e in (g.evidence if g is not None and not growth_is_a_suspect else ()):
         lines += _wrap(e, "  - ")
-    if report.suspects:
-        lines += ["", "suspects, most likely first:"] + _table(report.suspects)
-        for i, s in enumerate(report.suspects, 1):
-            lines += ["", f"{i}. {s.kind.value} at {s.location}  (confidence {s.confidence:.2f})"]
-            for e in s.evidence:
-                lines += _wrap(e, "   - ")
-            lines += _wrap("fix: " + s.fix, "   ")
-    else:
-        lines += ["", "no suspects."]
+    lines += suspect_lines(report.suspects, "suspects, most likely first:")
     for e in getattr(run, "events", []):
         if e.get("event") == "oom":
             lines += ["", f"out of memory at step {e.get('step')}: {e.get('message', '')}"]
