@@ -53,12 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_report)
 
     for module_name, (name, help_) in _EXTERNAL.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name != module_name:
-                raise
-            continue
+        module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_)
         module.add_arguments(p)
         p.set_defaults(func=module.main)

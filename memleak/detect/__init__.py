@@ -17,12 +17,7 @@ def run_detectors(run) -> tuple[list[Finding], list[str]]:
     findings: list[Finding] = []
     problems: list[str] = []
     for name in DETECTORS:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"{__name__}.{name}":
-                continue  # not built into this version
-            raise
+        module = importlib.import_module(f"{__name__}.{name}")
         try:
             findings.extend(module.detect(run))
         except Exception as e:
