@@ -1,0 +1,119 @@
+"""Culprit naming on shapes of code the scenario corpus does not contain: the general
+mechanisms (reference walk, birth tracking, graph counting) must name the holder."""
+import collections
+
+import pytest
+import torch
+from torch import nn
+
+import memleak
+
+
+def _model_and_optimizer():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))
+    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def _step(model, opt):
+    out = model(torch.randn(32, 64))
+    loss = out.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return out, loss
+
+
+def remember(t, _seen=[]):  # noqa: B006 - a mutable default argument is the case under test
+    _seen.append(t)
+
+
+class Stats:
+    def __init__(self):
+        self.history = []
+
+
+def dict_by_step(model, opt, n):
+    outputs = {}
+    for i in range(n):
+        outputs[i], _ = _step(model, opt)
+
+
+def list_in_defaultdict(model, opt, n):
+    stats = collections.defaultdict(list)
+    for _ in range(n):
+        stats["loss"].append(_step(model, opt)[1])
+
+
+def list_of_dicts(model, opt, n):
+    records = []
+    for i in range(n):
+        out, loss = _step(model, opt)
+        records.append({"pred": out, "step": i})
+
+
+def mutable_default(model, opt, n):
+    remember.__defaults__[0].clear()
+    for _ in range(n):
+        remember(_step(model, opt)[0])
+
+
+def growing_cat(model, opt, n):
+    all_preds = torch.empty(0, 8)
+    for _ in range(n):
+        all_preds = torch.cat([all_preds, _step(model, opt)[0].detach()])  # one tensor, ever larger
+
+
+def running_sum(model, opt, n):
+    loss_sum = 0
+    for _ in range(n):
+        loss_sum = loss_sum + _step(model, opt)[1]  # not in place: a new graph node each step
+
+
+def tensors_as_dict_keys(model, opt, n):
+    seen = {}
+    for i in range(n):
+        seen[_step(model, opt)[0].detach()] = i
+
+
+def helper_object_on_the_model(model, opt, n):
+    model.stats = Stats()
+    for _ in range(n):
+        model.stats.history.append(_step(model, opt)[0].detach())
+
+
+@pytest.mark.parametrize("loop, holder", [
+    (dict_by_step, "outputs"), (list_in_defaultdict, "stats['loss']"), (list_of_dicts, "records"),
+    (mutable_default, "remember._seen"), (growing_cat, "all_preds"), (running_sum, "loss_sum"),
+    (tensors_as_dict_keys, "seen"), (helper_object_on_the_model, "stats.history"),
+])
+def test_the_holder_is_named_first(loop, holder):
+    model, opt = _model_and_optimizer()
+    with memleak.track(model, optimizer=opt) as tracker:
+        loop(model, opt, 40)
+    report = tracker.report()
+    assert report.verdict == "leak", str(report)
+    assert holder in report.suspects[0].location, str(report)
+
+
+def flushed_buffer(model, opt, n):
+    buf = []
+    for _ in range(n):
+        buf.append(_step(model, opt)[0].detach())
+        if len(buf) == 10:
+            buf.clear()
+
+
+def replaced_each_step(model, opt, n):
+    last = None
+    for _ in range(n):
+        last = _step(model, opt)[0].detach().clone()  # noqa: F841
+
+
+@pytest.mark.parametrize("loop", [flushed_buffer, replaced_each_step])
+@pytest.mark.parametrize("level", ["counters", "full"])
+def test_bounded_holders_are_clean(loop, level):
+    model, opt = _model_and_optimizer()
+    with memleak.track(model, optimizer=opt, level=level) as tracker:
+        loop(model, opt, 40)
+    assert tracker.report().verdict == "clean", str(tracker.report())
