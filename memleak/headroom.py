@@ -160,13 +160,10 @@ def accumulation(target: int, max_batch: int) -> tuple[int, int]:
 # ---------------------------------------------------------------- measuring
 
 def _heap_reader() -> tuple[Callable[[], int], str]:
-    from .probes.host import _mallinfo2, rss_bytes
-    info = _mallinfo2()
-    if info is not None:
-        def read() -> int:
-            i = info()
-            return int(i.uordblks + i.hblkhd)
-        return read, "C heap in use (mallinfo2)"
+    from .probes.host import heap_counter, rss_bytes
+    heap = heap_counter()
+    if heap is not None:
+        return heap, "C heap in use (mallinfo2)"
     return (lambda: rss_bytes() or 0), "RSS"
 
 

@@ -27,3 +27,21 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int, *, kee
         if tracker is not None:
             tracker.step()
     return losses
+
+
+def import_error_without(module: str, blocked: tuple[str, ...]) -> str:
+    """The message of the error that importing `module` raises, in a fresh interpreter in
+    which the packages `blocked` cannot be imported. Fails unless it is a MemleakError."""
+    import subprocess
+    import sys
+    code = (f"import sys\n"
+            f"for m in {blocked!r}: sys.modules[m] = None\n"
+            f"try:\n"
+            f"    import {module}\n"
+            f"except ImportError as e:\n"
+            f"    import memleak\n"
+            f"    assert isinstance(e, memleak.MemleakError), type(e)\n"
+            f"    print(e)\n"
+            f"else:\n"
+            f"    raise SystemExit('the import succeeded')\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,6 +1,4 @@
 """The Hugging Face Trainer callback on CPU: a tiny GPT-2 built from a config, an in-memory dataset."""
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -9,6 +7,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # Trainer needs it
 
 import memleak  # noqa: E402
+from helpers import import_error_without  # noqa: E402
 from memleak.integrations.huggingface import MemleakCallback  # noqa: E402
 
 LEVEL = "full"
@@ -75,13 +74,5 @@ def test_one_iteration_per_optimizer_step_with_gradient_accumulation(tmp_path):
 
 
 def test_missing_transformers_names_the_extra():
-    code = ("import sys\n"
-            "sys.modules['transformers'] = None\n"
-            "try:\n"
-            "    import memleak.integrations.huggingface\n"
-            "except ImportError as e:\n"
-            "    import memleak\n"
-            "    assert isinstance(e, memleak.MemleakError), type(e)\n"
-            "    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = import_error_without("memleak.integrations.huggingface", ('transformers',))
     assert "pip install 'memleak[huggingface]'" in out

@@ -1,7 +1,5 @@
 """The Lightning callback on CPU: a tiny LightningModule, no downloads."""
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -11,6 +9,7 @@ pl = pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec")  # lightning's own deprecation noise
 
 import memleak  # noqa: E402
+from helpers import import_error_without  # noqa: E402
 from memleak.integrations.lightning import MemleakCallback  # noqa: E402
 
 LEVEL = "full"
@@ -105,13 +104,6 @@ def test_prints_the_report(tmp_path, capsys):
 
 
 def test_missing_lightning_names_the_extra():
-    code = ("import sys\n"
-            "for m in ('lightning', 'lightning.pytorch', 'pytorch_lightning'): sys.modules[m] = None\n"
-            "try:\n"
-            "    import memleak.integrations.lightning\n"
-            "except ImportError as e:\n"
-            "    import memleak\n"
-            "    assert isinstance(e, memleak.MemleakError), type(e)\n"
-            "    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = import_error_without("memleak.integrations.lightning",
+                               ('lightning', 'lightning.pytorch', 'pytorch_lightning'))
     assert "pip install 'memleak[lightning]'" in out

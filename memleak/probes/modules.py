@@ -46,14 +46,9 @@ def memory_counter(device: torch.device) -> tuple[Callable[[], int] | None, str]
         idx = device.index
         return (lambda: torch.cuda.memory_allocated(idx)), "cuda_allocated"
     if device.type == "cpu":
-        from .host import _mallinfo2
-        mi = _mallinfo2()
-        if mi is not None:
-            def heap() -> int:
-                i = mi()
-                return i.uordblks + i.hblkhd
-            return heap, "heap"
-        return None, "none"
+        from .host import heap_counter
+        heap = heap_counter()
+        return (heap, "heap") if heap is not None else (None, "none")
     fn = (lambda: torch.accelerator.memory_allocated(device.index))
     try:
         fn()  # a counter that fails would fail inside the user's forward: test it here
