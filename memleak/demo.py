@@ -44,7 +44,9 @@ def leaky_training(steps: int, device: torch.device, tracker_options: dict):
 
 
 def run_demo(out: str | Path = "memleak-demo", steps: int = 60, device: str | None = None, level: str = "full"):
-    dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    from .probes import parse_device
+
+    dev = parse_device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(out)
     tracker = leaky_training(steps, dev, {"out": out, "level": level})
     report = tracker.report()

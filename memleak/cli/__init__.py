@@ -8,6 +8,7 @@ import sys
 
 from ..errors import MemleakError
 from ..schema import LEVELS
+from .args import positive_int
 
 # Subcommands whose code lives beside what they drive: module -> (name, help)
 _EXTERNAL = {
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="run a small training loop with a planted leak and report it")
     p.add_argument("--out", default="memleak-demo", help="folder for the run and the report (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=60, help="iterations to run (default: %(default)s)")
+    p.add_argument("--steps", type=positive_int, default=60, help="iterations to run (default: %(default)s)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when present)")
     p.add_argument("--level", default="full", choices=LEVELS)
     p.set_defaults(func=_demo)

@@ -8,6 +8,7 @@ import json
 from ..errors import UsageError
 from ..planning import headroom, parse_batch
 from ..units import parse_bytes
+from .args import positive_int, share
 
 
 def _parse_peaks(text: str) -> dict[int, float]:
@@ -35,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--capacity",
         help="memory the peak must fit in, e.g. 80GiB (default: this machine's GPU, or its RAM without one)",
     )
-    parser.add_argument("--margin", type=float, default=0.1, help="safety share kept free (default: %(default)s)")
-    parser.add_argument("--target-batch", type=int, help="effective batch to reach with gradient accumulation")
+    parser.add_argument("--margin", type=share, default=0.1, help="safety share kept free (default: %(default)s)")
+    parser.add_argument("--target-batch", type=positive_int, help="effective batch to reach with gradient accumulation")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

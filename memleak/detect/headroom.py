@@ -75,7 +75,8 @@ class Headroom:
         lines = [f"headroom{where}: capacity {fmt_bytes(self.capacity)}, safety margin {self.margin:.0%}"]
         pts = ", ".join(f"{bs} -> {fmt_bytes(p)}" for bs, p in sorted(self.peaks.items()))
         lines.append(f"  peaks {how}: {pts}")
-        fit = f"  fit: peak = {fmt_bytes(self.intercept)} + {fmt_bytes(self.slope)} x batch"
+        sign = "-" if self.slope < 0 else "+"
+        fit = f"  fit: peak = {fmt_bytes(self.intercept)} {sign} {fmt_bytes(abs(self.slope))} x batch"
         if len(self.peaks) > 2:
             worst = max(abs(r) for r in self.residuals.values()) if self.residuals else 0.0
             fit += f" (repeated medians over {len(self.peaks)} points; worst residual {worst:.1%})"

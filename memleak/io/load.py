@@ -35,8 +35,13 @@ def load(path: str | os.PathLike, errors: str = "raise"):
     is merged into a multi-rank run.
     """
     p = Path(path)
-    if not p.exists():
-        raise RunFileError(p, "no such file or folder")
+    try:
+        p.stat()
+    except FileNotFoundError:
+        what = "a symbolic link to nothing" if p.is_symlink() else "no such file or folder"
+        raise RunFileError(p, what) from None
+    except OSError as e:  # a symlink loop, a name too long, no permission
+        raise RunFileError(p, f"cannot open it: {e.strerror or e}") from None
     if p.is_dir():
         files = find_run_files(p)
         if not files:

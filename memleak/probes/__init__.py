@@ -14,6 +14,7 @@ from typing import Any, TypeGuard
 
 import torch
 
+from ..errors import UsageError
 from ..schema import Level
 
 
@@ -51,10 +52,28 @@ class Probe:
         """Undo everything start did. Must be safe to call twice."""
 
 
+def parse_device(device: Any) -> torch.device:
+    """`device` as a torch.device this machine has; UsageError saying why not otherwise."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise UsageError(f"device {device!r} is not a device torch knows (cpu, cuda, cuda:1, mps, xpu ...)") from None
+    if dev.type in ("cpu", "meta"):
+        return dev
+    backend = getattr(torch, dev.type, None)
+    available = getattr(backend, "is_available", None)
+    if available is None or not available():
+        raise UsageError(f"device {str(dev)!r} is not available on this machine (torch {torch.__version__})")
+    count = getattr(backend, "device_count", None)
+    if dev.index is not None and count is not None and dev.index >= count():
+        raise UsageError(f"device {str(dev)!r} does not exist: this machine has {count()} {dev.type} device(s)")
+    return dev
+
+
 def resolve_device(device: Any = None, model: Any = None) -> torch.device:
     """The device whose memory matters: the one given, else the model's, else the current accelerator, else CPU."""
     if device is not None:
-        dev = torch.device(device)
+        dev = parse_device(device)
     elif model is not None and next(iter(model.parameters()), None) is not None:
         dev = next(iter(model.parameters())).device
     else:

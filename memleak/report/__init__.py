@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
 from ..schema import Divergence, Finding, Suspect, Verdict, to_jsonable
 from .text import render
 
@@ -76,6 +77,8 @@ class Report:
         """Write report.txt, findings.json and the PNG plots into `folder` (and each rank's
         report.txt under rank{r}/ for a distributed run); return the paths."""
         folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"{folder}: exists and is not a folder; report.save writes its files into a folder")
         folder.mkdir(parents=True, exist_ok=True)
         written = [folder / "report.txt", folder / "findings.json", folder / "memory.png"]
         written[0].write_text(str(self) + "\n", encoding="utf-8")
