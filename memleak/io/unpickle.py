@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +33,51 @@ class _PlainUnpickler(pickle.Unpickler):
         raise _Refused("a persistent id")
 
 
+# What unpickling may take beyond the process's current size: Python objects take about
+# 12x the bytes of their pickle; a 9-byte pickle whose memo index is 2**28 asks for 4 GiB.
+HEADROOM_BYTES = 1 << 30
+BYTES_PER_PICKLE_BYTE = 40
+
+
+def _address_space() -> int | None:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextmanager
+def bounded_memory(file_size: int) -> Iterator[None]:
+    """Cap the address space while a pickle loads, relative to its size, so that a corrupt
+    length or memo index fails as MemoryError instead of taking the machine's memory.
+    pickle's C unpickler offers no hook on its opcodes; the cap (Linux) is what bounds it."""
+    try:
+        import resource
+    except ImportError:  # not on this platform: unbounded, as pickle is
+        yield
+        return
+    current = _address_space()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = None if current is None else current + HEADROOM_BYTES + BYTES_PER_PICKLE_BYTE * file_size
+    if cap is None or (soft != resource.RLIM_INFINITY and soft <= cap):
+        yield
+        return
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def _unpickle(path: Path) -> Any:
     try:
         size = path.stat().st_size
         if size == 0:
             raise RunFileError(path, "the file is empty: no snapshot was written to it")
-        with open(path, "rb") as fh:
+        with open(path, "rb") as fh, bounded_memory(size):
             return _PlainUnpickler(fh).load()
     except _Refused as e:
         raise RunFileError(
@@ -55,8 +96,8 @@ def _unpickle(path: Path) -> Any:
     except MemoryError:  # a corrupt length field asks for an absurd buffer
         raise RunFileError(
             path,
-            "not a readable pickle: it asks for more memory than this machine has "
-            "(the file is corrupt, or too big to load here)",
+            "not a readable pickle: it asks for far more memory than a snapshot of its size needs "
+            "(the file is corrupt, or built to exhaust memory)",
         ) from None
     except (
         pickle.UnpicklingError,
