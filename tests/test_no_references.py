@@ -162,3 +162,19 @@ def test_a_users_own_saved_tensor_hooks_spanning_the_step_end_are_left_alone():
                 opt.step()  # ends the iteration inside the user's hooks
             assert _no_saved_hooks()
     _nothing_installed(model)
+
+
+def test_a_class_made_during_the_run_is_not_kept_alive_after_it():
+    """The census caches which types are tensors; a cache kept across walks would pin each class it saw."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    Payload = type("Payload", (), {"blob": bytearray(1 << 20)})
+    obj = Payload()
+    with memleak.track(model, optimizer=opt, level="full"):
+        for _ in range(4):  # the first step always takes a census
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+    cls = weakref.ref(Payload)
+    del Payload, obj
+    gc.collect()
+    assert cls() is None, "memleak keeps a class it saw during the run alive"

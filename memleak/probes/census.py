@@ -17,15 +17,14 @@ import torch
 
 from . import Probe, ProbeContext
 
-_is_tensor_type: dict[type, bool] = {}
-
-
 def live_tensors() -> Iterator[torch.Tensor]:
     """Every tensor object alive in this process that the garbage collector sees.
 
     Tests the type, not the object: `isinstance` would read `__class__`, which
-    lazy modules answer with deprecation warnings.
+    lazy modules answer with deprecation warnings. The type cache lives for one walk
+    only: kept between walks, it would keep every class it saw alive.
     """
+    _is_tensor_type: dict[type, bool] = {}
     for obj in gc.get_objects():
         t = type(obj)
         hit = _is_tensor_type.get(t)
