@@ -1,0 +1,104 @@
+"""The line that stores into a holder: the `append`, the `+=`, the assignment.
+
+The creation site of a tensor says where it was computed (often a model's
+`forward`, far from the bug); the fix belongs where it is kept. Given the
+holder's name and the source a frame or class runs, find the statements
+that put something into it, read from the source (AST), not from the run.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+from functools import lru_cache
+
+#: Methods that put an element into a container.
+_ADDERS = frozenset(
+    {"append", "extend", "insert", "add", "update", "setdefault", "appendleft", "extendleft", "put", "push"}
+)
+#: Values that start an empty holder: an initialisation, not a store.
+_EMPTY_CALLS = frozenset({"list", "dict", "set", "deque", "defaultdict", "OrderedDict", "Counter", "tuple"})
+
+
+def leaf_name(holder: str) -> str:
+    """The last name of a holder path as a person wrote it: `metric.values` -> `values`,
+    `logger.history['loss']` -> `history`, `blocks.1.attn.cache` -> `cache`."""
+    name = holder.split("[", 1)[0]
+    parts = [p for p in name.replace("()", "").split(".") if p and not p.isdigit()]
+    return parts[-1] if parts else name
+
+
+def _ends_in(node: ast.AST, leaf: str) -> bool:
+    """`leaf`, `x.leaf`, `leaf[k]`, `x.leaf[k][j]` ..."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return (isinstance(node, ast.Name) and node.id == leaf) or (isinstance(node, ast.Attribute) and node.attr == leaf)
+
+
+def _is_empty(value: ast.AST | None) -> bool:
+    if value is None or (isinstance(value, ast.Constant) and value.value in (None, 0, 0.0)):
+        return True
+    if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.Tuple)):
+        return not getattr(value, "elts", None) and not getattr(value, "keys", None)
+    if isinstance(value, ast.Call):
+        fn = value.func
+        name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+        return name in _EMPTY_CALLS and not value.args
+    return False
+
+
+def _stores(node: ast.AST, leaf: str) -> bool:
+    """Whether one statement or expression puts something into `leaf`."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in _ADDERS and _ends_in(node.func.value, leaf)
+    if isinstance(node, ast.AugAssign):
+        return _ends_in(node.target, leaf)
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if _is_empty(node.value):
+            return False
+        return any(_ends_in(t, leaf) for t in targets)
+    return False
+
+
+@lru_cache(maxsize=64)
+def _tree(filename: str, mtime: float) -> ast.Module | None:
+    source = "".join(linecache.getlines(filename))
+    try:
+        return ast.parse(source) if source else None
+    except (SyntaxError, ValueError):
+        return None
+
+
+def store_line(filename: str, first: int, last: int, holder: str) -> int | None:
+    """The first line from `first` to `last` of `filename` that stores into `holder`, else None.
+    Prefers a line that adds to it (`append`, `+=`, `x[k] = ...`) over one that rebinds it."""
+    try:
+        mtime = os.stat(filename).st_mtime
+    except OSError:
+        return None
+    return _store_line(filename, mtime, first, last, leaf_name(holder))
+
+
+@lru_cache(maxsize=1024)
+def _store_line(filename: str, mtime: float, first: int, last: int, leaf: str) -> int | None:
+    tree = _tree(filename, mtime)
+    if tree is None:
+        return None
+    adds, binds = [], []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if first <= line <= last and _stores(node, leaf):
+            rebinds = isinstance(node, (ast.Assign, ast.AnnAssign)) and not any(
+                isinstance(t, ast.Subscript) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
+            (binds if rebinds else adds).append(line)
+    found = sorted(adds) or sorted(binds)
+    return found[0] if found else None
+
+
+def code_span(code) -> tuple[int, int]:
+    """(first, last) line of a code object's source."""
+    lines = [line for _, _, line in code.co_lines() if line is not None]
+    return code.co_firstlineno, max(lines, default=code.co_firstlineno)
