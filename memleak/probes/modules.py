@@ -35,7 +35,8 @@ import torch
 
 from ..schema import RecordType
 from . import Probe, ProbeContext, Unavailable
-from .holders import Ages, excluded_ids, is_compiled, tensor_nbytes, walk_roots
+from .holders import walk_roots
+from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
 
 MAX_OUTPUTS = 4  # tensors kept (weakly) per module call on detail steps
 MAX_COHORTS = 8

@@ -39,7 +39,9 @@ from torch.overrides import TorchFunctionMode
 
 from ..schema import RecordType
 from . import Probe, ProbeContext
-from .holders import Ages, excluded_ids, is_compiled, tensor_nbytes, user_frames, user_site, walk_roots
+from .frames import user_frames, user_site
+from .holders import walk_roots
+from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
 from .reach import cycle_of
 from .referrers import name_by_referrers
 
