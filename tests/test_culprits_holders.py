@@ -6,7 +6,10 @@ import sys
 import torch
 from torch import nn
 
-from memleak.probes.holders import Ages, count_graph, excluded_ids, user_site, walk_roots
+from memleak.probes.frames import user_site
+from memleak.probes.graphs import count_graph
+from memleak.probes.holders import walk_roots
+from memleak.probes.identity import Ages, excluded_ids
 
 REGISTRY = {}
 

@@ -11,8 +11,10 @@ from torch import nn
 
 import memleak
 from memleak.detect import graphs
-from memleak.probes import holders
-from memleak.probes.holders import Ages, user_site, walk_roots
+from memleak.probes import frames
+from memleak.probes.frames import user_site
+from memleak.probes.holders import walk_roots
+from memleak.probes.identity import Ages
 from memleak.run import Run
 from memleak.schema import Kind
 
@@ -150,9 +152,9 @@ def test_site_walks_past_installed_packages_to_the_users_line():
 
 
 def test_site_is_never_memleaks_own_or_the_optimizers():
-    in_memleak = _call_from(os.path.join(holders._MEMLEAK_DIR, "recorder.py"))
+    in_memleak = _call_from(os.path.join(frames._MEMLEAK_DIR, "recorder.py"))
     assert in_memleak(lambda: user_site(2)) is None  # frame 2 is memleak's: its own tensor
-    in_optim = _call_from(os.path.join(holders._TORCH_DIR, "optim", "sgd.py"))
+    in_optim = _call_from(os.path.join(frames._TORCH_DIR, "optim", "sgd.py"))
     assert in_optim(lambda: user_site(2)) is None    # made inside optimizer.step()
 
 

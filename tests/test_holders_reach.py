@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from memleak.detect import culprits
-from memleak.probes.holders import Ages, excluded_ids, walk_roots
+from memleak.probes.holders import walk_roots
+from memleak.probes.identity import Ages, excluded_ids
 from memleak.probes.reach import cycle_of
 from memleak.run import Run
 from memleak.schema import Kind

@@ -85,3 +85,17 @@ def graph_info(grad_fns: list, cap: int, prev: Roots | None = None, now: Roots |
                 stack.append(n)
     info.nodes = len(seen)
     return info
+
+
+def graph_stats(grad_fns: list, cap: int) -> tuple[int, bool, int | None, int | None]:
+    """Autograd nodes reachable from these grad_fns (at most `cap`), and the lowest and highest
+    sequence numbers among them: nodes are numbered as they are created, so a graph whose lowest
+    number is older than the last sample's highest still holds nodes from an earlier step."""
+    info = graph_info(grad_fns, cap)
+    return info.nodes, info.capped, info.lo, info.hi
+
+
+def count_graph(grad_fns: list, cap: int) -> tuple[int, bool]:
+    """Autograd nodes reachable from these grad_fns, at most `cap`."""
+    n, capped, _, _ = graph_stats(grad_fns, cap)
+    return n, capped

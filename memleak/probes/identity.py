@@ -1,7 +1,7 @@
 """Which tensors a run owns legitimately, and what they weigh: parameters, gradients, buffers and
 optimizer state by identity; the model's module paths; tensor ages by weak reference.
 
-Split from `holders` (the reference walk), which imports and re-exports these names.
+Split from `holders` (the reference walk); the walk and the tensor and module probes use them.
 """
 
 from __future__ import annotations

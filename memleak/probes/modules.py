@@ -35,7 +35,8 @@ import torch
 
 from ..schema import RecordType
 from . import Probe, ProbeContext, Unavailable
-from .holders import Ages, excluded_ids, is_compiled, tensor_nbytes, walk_roots
+from .holders import holders_record, walk_roots
+from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
 
 MAX_OUTPUTS = 4  # tensors kept (weakly) per module call on detail steps
 MAX_COHORTS = 8
@@ -204,26 +205,7 @@ class ModuleProbe(Probe):
         model = self.ctx.model_ref()
         opt = self.ctx.optimizer_ref()
         n = max(self.steps_since, 1)
-        left: defaultdict[int, int] = defaultdict(int)
-        alive: defaultdict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
-        keep = []
-        for entry in self.outputs:
-            ref, i, born, nb = entry
-            t = ref()
-            if t is None:
-                continue
-            keep.append(entry)
-            if born == step:
-                left[i] += nb
-            elif step - born >= 2:
-                a = alive[(i, born)]
-                a[0] += 1
-                a[1] += nb
-            del t
-        borns = sorted({e[2] for e in keep})
-        if len(borns) > MAX_COHORTS:
-            keep = [e for e in keep if e[2] >= borns[-MAX_COHORTS]]
-        self.outputs = keep
+        left, alive = self._outputs_alive(step)
         rows = []
         for i, path in enumerate(self.paths):
             if self.calls[i] or left.get(i):
@@ -246,25 +228,43 @@ class ModuleProbe(Probe):
         self.bwd = [0] * len(self.paths)
         self.steps_since = 0
         if self.scan and model is not None:
-            exclude, _ = excluded_ids(model, opt)
-            t0 = time.perf_counter()
-            walk = walk_roots(
-                step=step, model=model, optimizer=opt, ages=self.ages, exclude=exclude, frames=[], budget=3000
-            )
-            self.ages.prune()
-            holder_rows = [h.row() for h in sorted(walk.holders.values(), key=lambda s: -s.nbytes) if h.count > 0][:60]
-            self.ctx.emit(
-                RecordType.HOLDERS,
-                {
-                    "step": step,
-                    "holders": holder_rows,
-                    "buffers": walk.buffers,
-                    "walk_seconds": round(time.perf_counter() - t0, 6),
-                    "nodes_walked": walk.nodes,
-                    "truncated": walk.truncated,
-                    "scope": "model",
-                },
-            )
+            self._scan_attributes(step, model, opt)
+
+    def _outputs_alive(self, step: int) -> tuple[defaultdict[int, int], defaultdict[tuple[int, int], list[int]]]:
+        """Bytes of the outputs each module made this step that are still alive, and [count, bytes]
+        per (module, birth step) of those made two or more steps ago; forgets dead outputs and
+        all but the newest cohorts."""
+        left: defaultdict[int, int] = defaultdict(int)
+        alive: defaultdict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
+        keep = []
+        for entry in self.outputs:
+            ref, i, born, nb = entry
+            t = ref()
+            if t is None:
+                continue
+            keep.append(entry)
+            if born == step:
+                left[i] += nb
+            elif step - born >= 2:
+                a = alive[(i, born)]
+                a[0] += 1
+                a[1] += nb
+            del t
+        borns = sorted({e[2] for e in keep})
+        if len(borns) > MAX_COHORTS:
+            keep = [e for e in keep if e[2] >= borns[-MAX_COHORTS]]
+        self.outputs = keep
+        return left, alive
+
+    def _scan_attributes(self, step: int, model, opt) -> None:
+        """The module-attribute scan of level "modules": the reference walk over the model tree only."""
+        exclude, _ = excluded_ids(model, opt)
+        t0 = time.perf_counter()
+        walk = walk_roots(
+            step=step, model=model, optimizer=opt, ages=self.ages, exclude=exclude, frames=[], budget=3000
+        )
+        self.ages.prune()
+        self.ctx.emit(RecordType.HOLDERS, {**holders_record(walk, step, time.perf_counter() - t0), "scope": "model"})
 
     def _categories(self, model, opt) -> dict[str, int]:
         cats = {"parameter": 0, "buffer": 0, "gradient": 0, "optimizer_state": 0}

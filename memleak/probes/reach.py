@@ -1,7 +1,7 @@
-"""Where Python keeps things beyond plain variables: closure cells, caller frames, an optimizer's
-own attributes, and reference cycles through autograd.
+"""Where Python keeps things beyond plain variables: closure cells and mutable defaults, caller
+frames, an optimizer's own attributes, and reference cycles through autograd.
 
-Helpers for the reference walk (`holders.Walk`) and the birth check (`tensors.TensorProbe`):
+Helpers for the reference walk (`walk.Walk`) and the birth check (`tensors.TensorProbe`):
 
 - a closure cell is named by its variable and the function whose closure keeps it,
   ``losses (closure of make_train_step.<locals>.train_step)``: the enclosing function may have
@@ -75,6 +75,22 @@ def closure_items(fn: Any) -> Iterator[tuple[str, Any]]:
             yield name, cell.cell_contents
         except ValueError:  # an empty cell
             continue
+
+
+def default_items(fn: Any) -> Iterator[tuple[str, Any]]:
+    """(argument name, default value) of a function: a mutable default lives as long as the function."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return
+    defaults = getattr(fn, "__defaults__", None) or ()
+    positional = code.co_varnames[: code.co_argcount]
+    yield from zip(positional[len(positional) - len(defaults) :], defaults, strict=False)
+    yield from (getattr(fn, "__kwdefaults__", None) or {}).items()
+
+
+def fn_name(fn: Any) -> str:
+    """A function's plain name for a note (a callable object's type name)."""
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def frame_note(frame: Any, innermost: bool) -> str:

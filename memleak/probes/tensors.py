@@ -31,7 +31,6 @@ import gc
 import math
 import time
 import weakref
-from collections import defaultdict
 from typing import Any
 
 import torch
@@ -39,9 +38,11 @@ from torch.overrides import TorchFunctionMode
 
 from ..schema import RecordType
 from . import Probe, ProbeContext
-from .holders import Ages, excluded_ids, is_compiled, tensor_nbytes, user_frames, user_site, walk_roots
-from .reach import cycle_of
+from .frames import user_frames, user_site
+from .holders import holders_record, walk_roots
+from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
 from .referrers import name_by_referrers
+from .survivors import Survivors, birth_cohorts, cohorts_per_site, group_births, name_site, saved_cohorts
 
 # Tensors tagged per deep step, at most (a very large step is sampled, not walked whole).
 MAX_TAGS = 20000
@@ -268,126 +269,51 @@ class TensorProbe(Probe):
         del frames
         walk_seconds = time.perf_counter() - t0
         self.prev_roots = walk.roots
-        holders = sorted(walk.holders.values(), key=lambda s: -s.nbytes)
-        rows = [h.row() for h in holders if h.count > 0][:60]
-        self.ctx.emit(
-            RecordType.HOLDERS,
-            {
-                "step": step,
-                "holders": rows,
-                "buffers": walk.buffers,
-                "walk_seconds": round(walk_seconds, 6),
-                "nodes_walked": walk.nodes,
-                "truncated": walk.truncated,
-            },
-        )
+        self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds))
         self.ages.prune()
         self._check_births(step, exclude, ptrs, walk.tensor_holder)
         self._check_saved(step, ptrs)
 
     def _check_births(self, step: int, exclude: set[int], ptrs: set[int], tensor_holder: dict[int, str]) -> None:
-        groups: dict[tuple[int, str, str], list] = defaultdict(lambda: [0, 0, 0])
-        unnamed: dict[str, Any] = {}
-        cycles: dict[str, str] = {}
-        dead = []
-        seen_storage: set[tuple[int, str, int]] = set()
-        for i, (ref, born, site) in self.births.items():
-            t = ref()
-            if t is None:
-                dead.append(i)
-                continue
-            if born is None or step - born < 2 or born == step:
-                continue
-            if i in exclude or isinstance(t, torch.nn.Parameter):
-                continue
-            ptr, nb = tensor_nbytes(t)
-            if ptr in ptrs:
-                continue
-            holder = tensor_holder.get(i)
-            if holder is None and site not in cycles:  # no root reached it: a cycle through autograd?
-                cycles[site] = cycle_of(t)
-            holder = holder or self.named_sites.get(site, "")
-            if not holder and site not in unnamed:
-                unnamed[site] = ref
-            g = groups[(born, site, holder)]
-            g[0] += 1
-            if (born, site, ptr) not in seen_storage:
-                seen_storage.add((born, site, ptr))
-                g[1] += nb
-            if t.grad_fn is not None:
-                g[2] += 1
-            del t
-        for i in dead:
+        found = group_births(self.births, step, exclude, ptrs, tensor_holder, self.named_sites)
+        for i in found.dead:
             del self.births[i]
         # name what the root walk did not reach, for sites that survive from two deep steps or more
-        if unnamed and self.referrer_lookups < MAX_REFERRER_LOOKUPS:
-            cohorts_by_site: dict[str, set] = defaultdict(set)
-            for born, site, _ in groups:
-                cohorts_by_site[site].add(born)
-            for site, ref in unnamed.items():
-                if len(cohorts_by_site[site]) >= 2 and self.referrer_lookups < MAX_REFERRER_LOOKUPS:
-                    self.referrer_lookups += 1
-                    t0 = time.perf_counter()
-                    name = name_by_referrers(ref)
-                    self.lookup_seconds += time.perf_counter() - t0
-                    if name:
-                        self.named_sites[site] = name
-                        for key in [k for k in groups if k[1] == site and not k[2]]:
-                            vals = groups.pop(key)
-                            g = groups[(key[0], site, name)]
-                            for j in range(3):
-                                g[j] += vals[j]
-        cohorts = [
-            {
-                "born": b,
-                "site": s,
-                "holder": h,
-                "count": v[0],
-                "bytes": v[1],
-                "grad": v[2],
-                **({"cycle": cycles[s]} if cycles.get(s) else {}),
-            }
-            for (b, s, h), v in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[1][1]))
-        ]
-        # keep the newest cohorts only
-        borns = sorted({e[1] for e in self.births.values() if e[1] is not None})
-        if len(borns) > MAX_COHORTS:
-            cut = borns[-MAX_COHORTS]
-            for i in [i for i, e in self.births.items() if e[1] is not None and e[1] < cut]:
-                del self.births[i]
+        if found.unnamed and self.referrer_lookups < MAX_REFERRER_LOOKUPS:
+            self._name_by_referrers(found)
+        cohorts = birth_cohorts(found.groups, found.cycles)
+        self._drop_old_births()
         # gen-2 collections so far: survivors that die all at once when one runs were held by a cycle
         self.ctx.emit(
             RecordType.BIRTHS, {"step": step, "cohorts": cohorts[:200], "gc2": gc.get_stats()[2]["collections"]}
         )
 
+    def _name_by_referrers(self, found: Survivors) -> None:
+        """Look up, by gc referrers (slow: a few per run), who holds the survivors of sites no root
+        named, and keep the name for the site."""
+        cohorts_by_site = cohorts_per_site(found.groups)
+        for site, ref in found.unnamed.items():
+            if len(cohorts_by_site[site]) >= 2 and self.referrer_lookups < MAX_REFERRER_LOOKUPS:
+                self.referrer_lookups += 1
+                t0 = time.perf_counter()
+                name = name_by_referrers(ref)
+                self.lookup_seconds += time.perf_counter() - t0
+                if name:
+                    self.named_sites[site] = name
+                    name_site(found.groups, site, name)
+
+    def _drop_old_births(self) -> None:
+        """Keep the tags of the newest cohorts only."""
+        borns = sorted({e[1] for e in self.births.values() if e[1] is not None})
+        if len(borns) > MAX_COHORTS:
+            cut = borns[-MAX_COHORTS]
+            for i in [i for i, e in self.births.items() if e[1] is not None and e[1] < cut]:
+                del self.births[i]
+
     def _check_saved(self, step: int, ptrs: set[int]) -> None:
-        alive: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
-        keep = []
-        seen: set[int] = set()
-        for entry in self.saved:
-            ref, born, ptr, nb, site = entry
-            if ref() is None:
-                continue
-            keep.append(entry)
-            if born is None or step - born < 2 or ptr in ptrs:
-                continue
-            a = alive[(born, site)]
-            a[0] += 1
-            if ptr not in seen:
-                seen.add(ptr)
-                a[1] += nb
-        self.saved = keep
+        self.saved, cohorts = saved_cohorts(self.saved, step, ptrs)
         tagged = {str(k): v for k, v in self.saved_tagged.items()}
-        self.ctx.emit(
-            RecordType.SAVED,
-            {
-                "step": step,
-                "cohorts": [
-                    {"born": b, "site": s, "count": c, "bytes": nb} for (b, s), (c, nb) in sorted(alive.items())
-                ],
-                "tagged": tagged,
-            },
-        )
+        self.ctx.emit(RecordType.SAVED, {"step": step, "cohorts": cohorts, "tagged": tagged})
         if len(self.saved_tagged) > MAX_COHORTS:
             for k in sorted(self.saved_tagged)[:-MAX_COHORTS]:
                 del self.saved_tagged[k]

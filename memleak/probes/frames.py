@@ -1,0 +1,151 @@
+"""Whose code a frame runs (the user's, a library's, torch's or memleak's), and from there the
+user's frames and the creation site of a tensor; also the ``f_locals`` snapshots reading those
+frames leaves behind before Python 3.13.
+
+Split from `holders` (the reference walk starts from these frames).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import types
+from typing import Any
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_MEMLEAK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIB_DIRS = tuple(
+    {
+        os.path.realpath(p)
+        for p in (
+            sysconfig.get_paths().get("stdlib"),
+            sysconfig.get_paths().get("purelib"),
+            sysconfig.get_paths().get("platlib"),
+        )
+        if p
+    }
+)
+
+_internal_code: dict[Any, bool] = {}
+_SNAPSHOT_LOCALS = sys.version_info < (3, 13)
+_CO_OPTIMIZED = 0x0001
+
+
+# The demo's training loop ships inside memleak but plays the user's part.
+_DEMO_FILE = os.path.join(_MEMLEAK_DIR, "demo.py")
+
+
+def _is_internal_file(filename: str) -> bool:
+    if filename == _DEMO_FILE:
+        return False
+    return filename.startswith(_TORCH_DIR) or filename.startswith(_MEMLEAK_DIR) or filename.startswith("<frozen")
+
+
+_library_file: dict[str, bool] = {}
+
+
+def _is_library_file(filename: str) -> bool:
+    """True for the standard library and installed packages (cached: realpath costs lstat calls)."""
+    hit = _library_file.get(filename)
+    if hit is None:
+        real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
+        hit = _library_file[filename] = filename != _DEMO_FILE and (
+            any(real.startswith(d) for d in _LIB_DIRS) or filename.startswith("<frozen")
+        )
+    return hit
+
+
+def is_user_file(filename: str) -> bool:
+    """True for a file of the user's own code: neither torch, memleak nor an installed library."""
+    return not _is_internal_file(filename) and not _is_library_file(filename)
+
+
+def is_internal(code) -> bool:
+    """True for code in torch or memleak (not the user's)."""
+    hit = _internal_code.get(code)
+    if hit is None:
+        hit = _internal_code[code] = _is_internal_file(code.co_filename)
+    return hit
+
+
+_USER, _SKIP, _NOT_USERS = 0, 1, 2
+_OPTIM_DIR = os.path.join(_TORCH_DIR, "optim")
+_site_kind: dict[str, int] = {}
+
+
+def _frame_kind(code) -> int:
+    """How a frame counts for a creation site: the user's code; torch, the standard library or an
+    installed package (walked past, to the user line that called in); or memleak's own code and
+    torch.optim (the tensor is the profiler's or the optimizer's, never the user's)."""
+    name = code.co_filename  # by file: equal code objects from two files compare equal
+    hit = _site_kind.get(name)
+    if hit is None:
+        if name == _DEMO_FILE:
+            hit = _USER
+        elif name.startswith(_MEMLEAK_DIR) or name.startswith(_OPTIM_DIR):
+            hit = _NOT_USERS
+        elif _is_internal_file(name) or _is_library_file(name):
+            hit = _SKIP
+        else:
+            hit = _USER
+        _site_kind[name] = hit
+    return hit
+
+
+def user_site(start_depth: int = 1) -> str | None:
+    """'file.py:line' of the first frame in the user's code, walking up from `start_depth` past
+    torch, the standard library and installed packages; None when memleak's own code or the
+    optimizer made the tensor, or no user frame is on the stack."""
+    f: types.FrameType | None = sys._getframe(start_depth)
+    while f is not None:
+        kind = _frame_kind(f.f_code)
+        if kind == _USER:
+            return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+        if kind == _NOT_USERS:
+            return None
+        f = f.f_back
+    return None
+
+
+def user_frames(limit: int = 6) -> list[types.FrameType]:
+    """The caller's frames outside torch, memleak and installed libraries, innermost first.
+
+    Falls back to the first frames outside torch and memleak when all are library frames
+    (a loop driven by a framework)."""
+    frames: list[types.FrameType] = []
+    fallback: list[types.FrameType] = []
+    f: types.FrameType | None = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if not is_internal(code):
+            if _is_library_file(code.co_filename):
+                if len(fallback) < 2:
+                    fallback.append(f)
+            else:
+                frames.append(f)
+                if len(frames) >= limit:
+                    break
+        f = f.f_back
+    return frames or fallback
+
+
+def is_locals_snapshot(frame: types.FrameType, loc: Any) -> bool:
+    """True when `loc` (the frame's ``f_locals``) is a dict snapshot the frame keeps (before 3.13)."""
+    return _SNAPSHOT_LOCALS and bool(frame.f_code.co_flags & _CO_OPTIMIZED) and type(loc) is dict
+
+
+def release_snapshots(*held: list[dict]) -> None:
+    """Empty the ``f_locals`` snapshots read from function frames that nobody else holds.
+
+    Before Python 3.13, reading a function frame's f_locals leaves a dict snapshot on the frame
+    that holds every local's value until the next read: a tensor the loop `del`s would stay
+    alive. Empty it (it is rebuilt from the real locals whenever read again). Only a snapshot
+    nobody else holds (a user's `d = locals()` is the same dict) is emptied: held by the frame,
+    the list, this loop and getrefcount's argument."""
+    for snapshots in held:
+        for loc in snapshots:
+            if sys.getrefcount(loc) <= 4:
+                loc.clear()

@@ -1,0 +1,154 @@
+"""What the reference walk found, per holder: how many tensors each holds, their bytes and ages,
+and the autograd graphs they keep.
+
+Split from `holders` (the reference walk); `walk.Walk` tallies what it reaches here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .graphs import GraphInfo, Roots, graph_info, roots_of
+from .identity import Ages, tensor_nbytes
+from .walk_scope import NAME_ALL_UP_TO
+
+
+@dataclass
+class HolderStats:
+    holder: str
+    kind: str  # local | global | module_attr | buffer | closure | class_attr | unreachable
+    count: float = 0.0
+    nbytes: float = 0.0
+    n_grad: float = 0.0
+    old: float = 0.0  # tensors first seen at least 2 steps ago
+    old_bytes: float = 0.0
+    host_bytes: float = 0.0  # bytes on another device than the tracked one (CPU copies on a GPU run)
+    nodes: int = 0  # autograd graph nodes reachable from its tensors (bounded)
+    nodes_capped: bool = False
+    seq: tuple | None = None  # lowest and highest node sequence numbers in that graph
+    estimated: bool = False
+    note: str = ""
+    linked: bool = False  # its graph is built on what it held at the previous sample (graphs.py)
+    _storages: set = field(default_factory=set, repr=False)
+    _grad_fns: list = field(default_factory=list, repr=False)
+    _out_nrs: list = field(default_factory=list, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        r = {
+            "holder": self.holder,
+            "kind": self.kind,
+            "count": round(self.count, 1),
+            "bytes": int(self.nbytes),
+            "grad": round(self.n_grad, 1),
+            "old": round(self.old, 1),
+            "old_bytes": int(self.old_bytes),
+            "nodes": self.nodes,
+        }
+        if self.host_bytes:
+            r["host_bytes"] = int(self.host_bytes)
+        if self.nodes_capped:
+            r["capped"] = True
+        if self.seq is not None:
+            r["seq"] = list(self.seq)
+        if self.estimated:
+            r["estimated"] = True
+        if self.note:
+            r["note"] = self.note
+        if self.linked:
+            r["linked"] = True
+        return r
+
+
+class HolderTally:
+    """The tensors a walk reached: `holders` by name, `tensor_holder` by tensor id, and `roots`,
+    per holder, what its tensors' graphs start at (for the next walk)."""
+
+    def __init__(
+        self,
+        *,
+        step: int,
+        exclude: set[int],
+        ages: Ages,
+        graph_cap: int,
+        device_type: str | None,
+        prev_roots: dict[str, Roots] | None,
+    ):
+        self.step = step
+        self.prev_roots = prev_roots or {}
+        self.roots: dict[str, Roots] = {}
+        self.device_type = device_type
+        self.exclude = exclude
+        self.ages = ages
+        self.graph_cap = graph_cap
+        self.holders: dict[str, HolderStats] = {}
+        self.tensor_holder: dict[int, str] = {}
+
+    def _name_unsampled(self, items, holder: str) -> None:
+        """Map every tensor directly in a long container to its holder. Only the ends are
+        measured (sampled), but an id lookup is cheap, and without it tensors born in the
+        middle would look held by nothing."""
+        for it in itertools.islice(items, NAME_ALL_UP_TO):
+            if issubclass(type(it), torch.Tensor):
+                self.tensor_holder.setdefault(id(it), holder)
+
+    def _estimated(self, holder: str) -> None:
+        self._stats(holder, "").estimated = True
+
+    def _stats(self, holder: str, kind: str) -> HolderStats:
+        st = self.holders.get(holder)
+        if st is None:
+            st = self.holders[holder] = HolderStats(holder, kind)
+        elif not st.kind:
+            st.kind = kind
+        return st
+
+    def _tensor(self, t: torch.Tensor, holder: str, kind: str, weight: float, note: str) -> None:
+        if isinstance(t, torch.nn.Parameter) or id(t) in self.exclude:
+            return
+        st = self._stats(holder, kind)
+        if note and not st.note:
+            st.note = note
+        self.tensor_holder[id(t)] = holder
+        key, nb = tensor_nbytes(t)
+        if key in st._storages:
+            nb = 0
+        else:
+            st._storages.add(key)
+        st.count += weight
+        st.nbytes += nb * weight
+        if self.device_type is not None and t.device.type != self.device_type:
+            st.host_bytes += nb * weight
+        age = self.step - self.ages.first_seen(t, self.step)
+        if age >= 2:
+            st.old += weight
+            st.old_bytes += nb * weight
+        gf = t.grad_fn
+        if gf is not None:
+            st.n_grad += weight
+            if len(st._grad_fns) < 64:
+                st._grad_fns.append(gf)
+                st._out_nrs.append(t.output_nr)
+
+    def _finish(self) -> None:
+        """Measure each holder's graphs (largest first, within a shared node budget) and drop
+        the references the tally kept to do it."""
+        left = self.graph_cap * 4
+        for st in sorted(self.holders.values(), key=lambda s: -len(s._grad_fns)):
+            now = roots_of(zip(st._grad_fns, st._out_nrs, strict=True)) if st._grad_fns else {}
+            if st._grad_fns and left > 0:
+                info: GraphInfo = graph_info(
+                    st._grad_fns, min(self.graph_cap, left), self.prev_roots.get(st.holder), now
+                )
+                st.nodes, st.nodes_capped, st.linked = info.nodes, info.capped, info.linked
+                if info.lo is not None:
+                    st.seq = (info.lo, info.hi)
+                left -= st.nodes
+            if now:
+                self.roots[st.holder] = now
+            st._grad_fns = []
+            st._out_nrs = []
+            st._storages = set()

@@ -1,0 +1,289 @@
+"""One budgeted, breadth-first walk of references: each object is visited by its type
+(tensor, container, module, function, frame owner, plain object) and each tensor it meets is
+tallied under its holder (`holder_stats`).
+
+Split from `holders`, which picks the roots (`holders.walk_roots`) and runs the walk.
+"""
+
+from __future__ import annotations
+
+import collections
+import types
+import weakref
+from typing import Any
+
+import torch
+
+from . import reach
+from .frames import is_internal, is_locals_snapshot
+from .graphs import Roots
+from .holder_stats import HolderTally
+from .identity import Ages, tensor_nbytes
+from .reach import closure_items, fn_name
+from .walk_scope import (
+    HOOK_DICTS,
+    MODULE_SKIP,
+    SCALARS,
+    SEQ_SAMPLE,
+    SEQUENCES,
+    SKIP_PACKAGES,
+    child_holder,
+    top_package,
+)
+
+# Objects whose insides are never walked: code, frames, classes, modules, weak references.
+_OPAQUE = (types.ModuleType, type, types.FrameType, types.CodeType, types.GeneratorType, weakref.ref)
+
+
+class Walk(HolderTally):
+    """One walk from the roots. `holders` by name, `tensor_holder` by tensor id."""
+
+    def __init__(
+        self,
+        *,
+        step: int,
+        exclude: set[int],
+        ages: Ages,
+        module_names: dict[int, str],
+        budget: int = 6000,
+        graph_cap: int = 3000,
+        device_type: str | None = None,
+        prev_roots: dict[str, Roots] | None = None,
+    ):
+        super().__init__(
+            step=step, exclude=exclude, ages=ages, graph_cap=graph_cap, device_type=device_type, prev_roots=prev_roots
+        )
+        self.module_names = module_names
+        self.budget = budget
+        self.visited: set[int] = set()
+        self.buffers: dict[str, list] = {}
+        self.queue: collections.deque = collections.deque()
+        self.snapshots: list[dict] = []  # f_locals snapshots of non-running frames read by the walk
+        self.nodes = 0
+        self.truncated = False
+
+    # -- queueing
+    def push(self, obj: Any, path: str, holder: str | None, kind: str, weight: float = 1.0, note: str = "") -> None:
+        if isinstance(obj, SCALARS) or id(obj) in self.visited:
+            return
+        self.queue.append((obj, path, holder, kind, weight, note))
+
+    def add_root(self, obj: Any, name: str, kind: str, note: str = "") -> None:
+        self.push(obj, name, name, kind, 1.0, note)
+
+    def run(self) -> None:
+        q = self.queue
+        while q:
+            if self.nodes >= self.budget:
+                self.truncated = True
+                break
+            obj, path, holder, kind, weight, note = q.popleft()
+            oid = id(obj)
+            if oid in self.visited:
+                continue
+            self.visited.add(oid)
+            self.nodes += 1
+            try:
+                self._visit(obj, path, holder, kind, weight, note)
+            except Exception:  # a strange object (a proxy, a lazy attribute) is skipped, never fatal
+                continue
+        q.clear()
+        self._finish()
+
+    # -- one object, by its type
+    def _visit(self, obj, path, holder, kind, weight, note) -> None:
+        t = type(obj)
+        if issubclass(t, torch.Tensor):
+            self._tensor(obj, holder or path, kind, weight, note)
+        elif issubclass(t, tuple) and hasattr(obj, "_fields"):  # a namedtuple: its fields are names
+            for k, v in zip(obj._fields, obj, strict=False):
+                self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
+        elif t in SEQUENCES or issubclass(t, (list, tuple, collections.deque)):
+            self._sequence(obj, path, holder, kind, weight, note)
+        elif issubclass(t, dict):
+            self._dict(obj, path, holder, kind, weight, note)
+        elif issubclass(t, torch.nn.Module):
+            self._module(obj, path, holder, kind, weight, note)
+        elif isinstance(obj, (types.FunctionType, types.LambdaType)):
+            self._function(obj, path, holder, kind, weight, note)
+        elif isinstance(obj, (BaseException, types.GeneratorType, types.CoroutineType)):
+            self._frame_owner(obj, path, holder, kind, weight, note)
+        elif isinstance(obj, types.MethodType):
+            self.push(obj.__self__, path, holder, kind, weight, note)
+        elif t.__name__ == "partial" and hasattr(obj, "func"):
+            self._partial(obj, path, holder, kind, weight, note)
+        elif isinstance(obj, torch.optim.Optimizer):
+            self._optimizer(obj, path, holder, weight, note)
+        elif isinstance(obj, _OPAQUE) or top_package(t) in SKIP_PACKAGES:
+            if issubclass(t, torch.autograd.function.BackwardCFunction) or t.__module__.startswith("torch.utils.data"):
+                # an autograd ctx, a DataLoader (its dataset may cache tensors), a Subset...
+                self._attrs(obj, path, holder, kind, weight, note)
+        else:
+            self._attrs(obj, path, holder, kind, weight, note)
+
+    def _partial(self, obj, path, holder, kind, weight, note) -> None:
+        self.push(obj.func, path, holder, kind, weight, note)
+        for a in obj.args:
+            self.push(a, path + "[...]", holder, kind, weight, note)
+        for k, v in obj.keywords.items():
+            self.push(v, f"{path}.{k}", holder, kind, weight, note)
+
+    def _optimizer(self, obj, path, holder, weight, note) -> None:
+        """Its own extra lists and its hooks, never its state."""
+        why = f"an attribute {type(obj).__name__} keeps besides its state (state and param_groups are excluded)"
+        for k, v in reach.optimizer_items(obj):
+            self.push(v, f"{path}.{k}", child_holder(holder, path, k), "optimizer_attr", weight, why)
+        for fn in reach.optimizer_hooks(obj):
+            self._function(fn, f"a hook registered on {path}", None, "closure", weight, note)
+
+    def _function(self, fn, path, holder, kind, weight, note) -> None:
+        if holder is not None and "[...]" in path:  # a callback in a container: the container holds it
+            for name, value in closure_items(fn):
+                self.push(value, f"{path}.{name}", holder, kind, weight, note or f"captured by {fn_name(fn)}")
+            return
+        # a function reached by name: its cells are variables of the enclosing function, which may
+        # have returned long ago; name them by variable and owner, not as attributes of the function
+        for name, value in closure_items(fn):
+            self.push(
+                value,
+                name,
+                reach.closure_holder(fn, name),
+                "closure",
+                weight,
+                reach.closure_note(fn, name, path or None),
+            )
+
+    def _frame_owner(self, obj, path, holder, kind, weight, note) -> None:
+        if isinstance(obj, BaseException):  # its traceback keeps the frames it passed through
+            self._attrs(obj, path, holder, kind, weight, note)
+            for f, why in reach.exception_frames(obj):
+                self._frame(f, path, holder, kind, weight, why)
+            return
+        fr = reach.generator_frame(obj)
+        if fr is not None and not is_internal(fr[0].f_code):
+            # a generator's locals are named by their own variables, unless a container holds it
+            self._frame(
+                fr[0],
+                path,
+                holder,
+                kind,
+                weight,
+                f"a local of a suspended generator, reached as {path}",
+                None if holder is not None and "[...]" in path else fr[1],
+            )
+
+    def _frame(self, f, path, holder, kind, weight, note, own: str | None = None) -> None:
+        """A frame that is not running (a traceback's, a suspended generator's): its locals count
+        under whatever holds the frame, or, with `own` (a holder suffix), under their own names."""
+        loc = f.f_locals
+        if is_locals_snapshot(f, loc):
+            self.snapshots.append(loc)  # emptied after the walk, as walk_roots does for live frames
+        for k, v in list(loc.items()):
+            if k.startswith("__"):
+                continue
+            if own:
+                self.push(v, k, k + own, "local", weight, note)
+            else:
+                self.push(v, f"{path}.{k}", holder or path, kind, weight, note)
+
+    def _attrs(self, obj, path, holder, kind, weight, note) -> None:
+        d = getattr(obj, "__dict__", None)
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if isinstance(v, SCALARS) or (k.startswith("__") and k.endswith("__")):
+                    continue
+                self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
+        slots = getattr(type(obj), "__slots__", ())
+        for k in (slots,) if isinstance(slots, str) else slots:
+            v = getattr(obj, k, None)
+            if v is not None:
+                self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
+
+    # -- containers: long ones are sampled at both ends
+    def _sequence(self, obj, path, holder, kind, weight, note) -> None:
+        n = len(obj)
+        if n == 0:
+            return
+        child = path + "[...]"
+        if n <= 2 * SEQ_SAMPLE or isinstance(obj, (set, frozenset)):
+            items = list(obj)[: 4 * SEQ_SAMPLE]
+            w = weight * n / len(items)
+        else:
+            if isinstance(obj, collections.deque):
+                items = [obj[i] for i in range(SEQ_SAMPLE)] + [obj[-i] for i in range(1, SEQ_SAMPLE + 1)]
+            else:
+                items = list(obj[:SEQ_SAMPLE]) + list(obj[-SEQ_SAMPLE:])
+            w = weight * n / len(items)
+            self._estimated(holder or path)
+            self._name_unsampled(obj, holder or path)
+        for it in items:
+            self.push(it, child, holder or path, kind, w, note)
+
+    def _dict(self, obj, path, holder, kind, weight, note) -> None:
+        n = len(obj)
+        if n == 0:
+            return
+        named = n <= 16
+        if n <= 2 * SEQ_SAMPLE:
+            items = list(obj.items())
+        else:
+            keys = list(obj.keys())
+            items = [(k, obj[k]) for k in keys[:SEQ_SAMPLE] + keys[-SEQ_SAMPLE:]]
+            self._estimated(holder or path)
+            self._name_unsampled(obj.values(), holder or path)
+        w = weight * n / len(items)
+        for k, v in items:
+            if named and isinstance(k, str):
+                p = f"{path}[{k!r}]"
+                self.push(v, p, child_holder(holder, path, None, p), kind, w, note)
+            else:
+                self.push(v, path + "[...]", holder or path, kind, w, note)
+                if isinstance(k, torch.Tensor):
+                    self.push(k, path + "[...]", holder or path, kind, w, note)
+
+    # -- nn.Module: attributes, buffers, hooks, children
+    def _module(self, mod, path, holder, kind, weight, note) -> None:
+        name = self.module_names.get(id(mod))
+        if name is not None:  # part of the tracked model: name it by its module path
+            path = name
+            kind = "module_attr"
+            holder = None
+        d = mod.__dict__
+        for k, v in d.items():
+            if k in MODULE_SKIP or isinstance(v, SCALARS):
+                continue
+            p = f"{path}.{k}" if path else k
+            self.push(v, p, child_holder(holder, path, k), kind, weight, note)
+        for k, b in d.get("_buffers", {}).items():
+            if b is not None:
+                p = f"{path}.{k}" if path else k
+                key, nb = tensor_nbytes(b)
+                self.buffers[p] = [int(b.numel()), nb]
+        where = path or type(mod).__name__
+        for hk in HOOK_DICTS:
+            hooks = d.get(hk)
+            if hooks:
+                for fn in list(hooks.values()):
+                    self._hook(fn[0] if isinstance(fn, tuple) else fn, where, weight)
+        for k, child in d.get("_modules", {}).items():
+            if child is not None:
+                cp = f"{path}.{k}" if path else k
+                self.push(
+                    child,
+                    cp,
+                    None if self.module_names.get(id(child)) else child_holder(holder, path, k),
+                    kind,
+                    weight,
+                    note,
+                )
+
+    def _hook(self, fn, where: str, weight: float) -> None:
+        """A hook on a module: its closure's variables, and the object a bound-method hook or a
+        callable hook object belongs to."""
+        for cname, value in closure_items(fn):
+            self.push(value, cname, cname, "closure", weight, f"captured by hook {fn_name(fn)} on {where}")
+        if isinstance(fn, types.MethodType):
+            owner = type(fn.__self__).__name__
+            self.push(fn.__self__, owner, owner, "hook", weight, f"hook {fn_name(fn)} on {where}")
+        elif not isinstance(fn, types.FunctionType) and hasattr(fn, "__dict__"):
+            self.push(fn, type(fn).__name__, type(fn).__name__, "hook", weight, f"hook on {where}")

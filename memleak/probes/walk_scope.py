@@ -1,0 +1,105 @@
+"""What the reference walk enters, skips and samples, and how it names a child's holder.
+
+Split from `holders` (the reference walk), whose `Walk` applies these rules.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from . import reach
+
+# Packages whose objects are not walked into (their tensors are their business).
+SKIP_PACKAGES = {
+    "torch",
+    "numpy",
+    "pandas",
+    "scipy",
+    "matplotlib",
+    "memleak",
+    "builtins",
+    "_pytest",
+    "pytest",
+    "pluggy",
+    "logging",
+    "typing",
+    "collections",
+    "functools",
+    "threading",
+    "multiprocessing",
+    "concurrent",
+    "asyncio",
+    "importlib",
+    "abc",
+    "enum",
+    "re",
+    "io",
+    "weakref",
+    "inspect",
+    "ast",
+    "tokenize",
+    "unittest",
+    "hypothesis",
+    "IPython",
+    "ipykernel",
+    "jupyter_client",
+    "tornado",
+    "zmq",
+    "_io",
+    "sre_compile",
+    "pathlib",
+    "os",
+    "sys",
+    "socket",
+    "ssl",
+    "json",
+    "pickle",
+    "random",
+    "argparse",
+    "tqdm",
+    "PIL",
+    "sklearn",
+}
+SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray, range, slice, type(Ellipsis))
+SEQUENCES = (list, tuple, collections.deque, set, frozenset)
+HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_load_state_dict_pre_hooks",
+)
+MODULE_SKIP = {
+    "_parameters",
+    "_buffers",
+    "_modules",
+    "_non_persistent_buffers_set",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks_with_kwargs",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+    "_is_full_backward_hook",
+    "training",
+    "_compiled_call_impl",
+    *HOOK_DICTS,
+}
+# Long containers are sampled at both ends (newest last), and their totals extrapolated.
+SEQ_SAMPLE = 12
+# ...but every tensor in them, up to this many, is mapped to its holder by id.
+NAME_ALL_UP_TO = 100_000
+
+
+def top_package(obj_type: type) -> str:
+    return (getattr(obj_type, "__module__", None) or "builtins").partition(".")[0]
+
+
+def child_holder(holder: str | None, path: str, key: str | None, full: str | None = None) -> str | None:
+    """The holder for a child: the parent's holder while it is a named chain, else unchanged."""
+    if holder is None:
+        return None
+    child = full if full is not None else (f"{path}.{key}" if path else key)
+    assert child is not None  # callers pass a key or a path
+    # a holder stays the nearest *named* owner: extend it only along names, never past an index
+    return child + reach.suffix(holder) if "[...]" not in child else holder
