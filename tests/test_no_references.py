@@ -178,3 +178,30 @@ def test_a_class_made_during_the_run_is_not_kept_alive_after_it():
     del Payload, obj
     gc.collect()
     assert cls() is None, "memleak keeps a class it saw during the run alive"
+
+
+@pytest.mark.parametrize("level", ["counters", "modules", "full"])
+def test_checkpointing_and_copying_the_model_inside_a_tracked_block(level, tmp_path):
+    """torch.save(model) is in every training script; nothing memleak attaches may break it or ride on a copy."""
+    import copy
+    import io
+    import pickle
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with memleak.track(model, optimizer=opt, level=level):
+        for step in range(4):
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            torch.save(model, tmp_path / f"model{step}.pt")
+            torch.save(opt, io.BytesIO())
+        pickle.dumps(model)
+        twin = copy.deepcopy(model)
+        twin(torch.randn(2, 16)).sum().backward()
+    _nothing_installed(twin)
+    _nothing_installed(model)
+    restored = torch.load(tmp_path / "model3.pt", weights_only=False)
+    _nothing_installed(restored)
+    x = torch.randn(2, 16)
+    assert torch.equal(restored(x), model(x))

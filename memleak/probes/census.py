@@ -17,6 +17,7 @@ import torch
 
 from . import Probe, ProbeContext
 
+
 def live_tensors() -> Iterator[torch.Tensor]:
     """Every tensor object alive in this process that the garbage collector sees.
 

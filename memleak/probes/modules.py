@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.nn.modules import module as module_hooks
 
 from ..schema import RecordType
 from . import Probe, ProbeContext, Unavailable
@@ -111,9 +112,10 @@ class ModuleProbe(Probe):
         pre, post = self._pre, self._post
         self.hooked = not is_compiled(model)  # Python hooks in a compiled forward break its graphs
         if self.hooked:
-            for m in model.modules():
-                self.handles.append(m.register_forward_pre_hook(pre))
-                self.handles.append(m.register_forward_hook(post))
+            # Global hooks, filtered by module identity: nothing is attached to the user's modules,
+            # so torch.save(model), pickle and copy.deepcopy see them as they were.
+            self.handles.append(module_hooks.register_module_forward_pre_hook(pre))
+            self.handles.append(module_hooks.register_module_forward_hook(post))
         else:
             ctx.emit(
                 RecordType.EVENT,
@@ -127,24 +129,25 @@ class ModuleProbe(Probe):
 
     # ------------------------------------------------------------ hooks
     def _pre(self, module, inputs):
+        i = self.index.get(id(module))
+        if i is None:  # a module of another model, or a copy of one of ours
+            return
         self.stack.append(self.count())
         if self.detail:
-            i = self.index.get(id(module))
-            if i is not None:
-                try:
-                    for t in _tensors(inputs, 2):
-                        gf = t.grad_fn
-                        if gf is not None:
-                            self.node_handles.append(gf.register_prehook(self._bw_end_hook(i)))
-                            break
-                except Exception:  # a hook must never break the user's forward
-                    pass
+            try:
+                for t in _tensors(inputs, 2):
+                    gf = t.grad_fn
+                    if gf is not None:
+                        self.node_handles.append(gf.register_prehook(self._bw_end_hook(i)))
+                        break
+            except Exception:  # a hook must never break the user's forward
+                pass
 
     def _post(self, module, inputs, output):
-        start = self.stack.pop() if self.stack else 0
         i = self.index.get(id(module))
         if i is None:
             return
+        start = self.stack.pop() if self.stack else 0
         self.calls[i] += 1
         self.fwd[i] += self.count() - start
         if self.detail:
