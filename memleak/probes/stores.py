@@ -86,7 +86,8 @@ def _store_line(filename: str, mtime: float, first: int, last: int, leaf: str) -
     tree = _tree(filename, mtime)
     if tree is None:
         return None
-    adds, binds = [], []
+    adds: list[int] = []
+    binds: list[int] = []
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
         if first <= line <= last and _stores(node, leaf):
