@@ -32,11 +32,14 @@ from .frames import is_locals_snapshot, is_user_file, release_snapshots
 from .graphs import Roots
 from .identity import Ages, module_names
 from .reach import closure_items, default_items
+from .stores import find_store, source_regions
 from .walk import Walk
 from .walk_scope import SKIP_PACKAGES, top_package
 
 # Module globals walked at most, besides those of the frames themselves.
 _MAX_GLOBALS = 12
+# Holders, largest first, whose storing line is looked up in the source.
+_STORES_LOOKED_UP = 20
 
 
 def walk_roots(
@@ -63,6 +66,7 @@ def walk_roots(
         device_type=device_type,
         prev_roots=prev_roots,
     )
+    w.regions = source_regions(frames, model)
     if model is not None:
         w.visited.add(id(model))  # walked below as the model tree, with module paths
     snapshots = _add_frame_locals(w, frames)
@@ -86,9 +90,14 @@ def walk_roots(
 def holders_record(walk: Walk, step: int, walk_seconds: float) -> dict[str, Any]:
     """The ``holders`` record of a walk: its largest holders first."""
     holders = sorted(walk.holders.values(), key=lambda s: -s.nbytes)
+    rows = [h.row() for h in holders if h.count > 0][:60]
+    for row in rows[:_STORES_LOOKED_UP]:
+        stored = find_store(row["holder"], walk.regions)
+        if stored is not None:
+            row["stored"] = stored
     return {
         "step": step,
-        "holders": [h.row() for h in holders if h.count > 0][:60],
+        "holders": rows,
         "buffers": walk.buffers,
         "walk_seconds": round(walk_seconds, 6),
         "nodes_walked": walk.nodes,

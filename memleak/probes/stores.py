@@ -9,9 +9,11 @@ that put something into it, read from the source (AST), not from the run.
 from __future__ import annotations
 
 import ast
+import inspect
 import linecache
 import os
 from functools import lru_cache
+from typing import Any
 
 #: Methods that put an element into a container.
 _ADDERS = frozenset(
@@ -103,3 +105,44 @@ def code_span(code) -> tuple[int, int]:
     """(first, last) line of a code object's source."""
     lines = [line for _, _, line in code.co_lines() if line is not None]
     return code.co_firstlineno, max(lines, default=code.co_firstlineno)
+
+
+def source_regions(frames: list, model: Any) -> list[tuple[str, int, int]]:
+    """Where a store into a holder is looked for, nearest first: the functions the user's frames
+    run, the user classes of the model's modules, then the whole files of those frames."""
+    regions: list[tuple[str, int, int]] = []
+    for f in frames:
+        regions.append((f.f_code.co_filename, *code_span(f.f_code)))
+    for cls in _user_classes(model):
+        span = _class_span(cls)
+        if span is not None:
+            regions.append(span)
+    for f in frames:
+        regions.append((f.f_code.co_filename, 1, 1 << 30))
+    return list(dict.fromkeys(regions))
+
+
+def _user_classes(model: Any) -> list[type]:
+    if model is None:
+        return []
+    seen = dict.fromkeys(type(m) for m in model.modules())
+    return [c for c in seen if not c.__module__.startswith(("torch.", "memleak."))]
+
+
+@lru_cache(maxsize=256)
+def _class_span(cls: type) -> tuple[str, int, int] | None:
+    try:
+        lines, first = inspect.getsourcelines(cls)
+        filename = inspect.getsourcefile(cls)
+    except (OSError, TypeError):
+        return None
+    return (filename, first, first + len(lines) - 1) if filename else None
+
+
+def find_store(holder: str, regions: list[tuple[str, int, int]]) -> str | None:
+    """'file.py:line' of the first region's line that stores into `holder`, else None."""
+    for filename, first, last in regions:
+        line = store_line(filename, first, last, holder)
+        if line is not None:
+            return f"{os.path.basename(filename)}:{line}"
+    return None

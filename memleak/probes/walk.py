@@ -61,6 +61,7 @@ class Walk(HolderTally):
         self.snapshots: list[dict] = []  # f_locals snapshots of non-running frames read by the walk
         self.nodes = 0
         self.truncated = False
+        self.regions: list[tuple[str, int, int]] = []  # source searched for a holder's storing line
 
     # -- queueing
     def push(self, obj: Any, path: str, holder: str | None, kind: str, weight: float = 1.0, note: str = "") -> None:

@@ -1,0 +1,71 @@
+"""The line that stores into a holder is found in the user's source: the append, not the computation."""
+import inspect
+import textwrap
+
+import torch
+
+import memleak
+from memleak.probes.stores import find_store, leaf_name, store_line
+
+SOURCE = textwrap.dedent('''
+    import collections
+
+    def train(model, batches):
+        history = []
+        total = 0
+        for x in batches:
+            out = model(x)
+            history.append(out)
+            total += out.sum()
+        return history
+
+    class Layer:
+        def __init__(self):
+            self.cache = None
+            self.log = collections.defaultdict(list)
+
+        def forward(self, x):
+            y = x * 2
+            self.cache = y
+            self.log["y"].append(y)
+            return y
+''')
+
+
+def test_leaf_names_are_the_last_name_a_person_typed():
+    assert leaf_name("history") == "history"
+    assert leaf_name("metric.values") == "values"
+    assert leaf_name("logger.history['loss']") == "history"
+    assert leaf_name("blocks.1.attn.cache") == "cache"
+
+
+def test_the_adding_line_is_found_and_initialisations_are_not(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(SOURCE)
+    lines = SOURCE.splitlines()
+    at = {name: 1 + next(i for i, text in enumerate(lines) if needle in text) for name, needle in
+          [("append", "history.append"), ("total", "total +="), ("cache", "self.cache = y"), ("log", "self.log[")]}
+    assert store_line(str(path), 1, 100, "history") == at["append"]
+    assert store_line(str(path), 1, 100, "total") == at["total"]
+    assert store_line(str(path), 1, 100, "blocks.0.cache") == at["cache"]  # not `self.cache = None`
+    assert store_line(str(path), 1, 100, "layer.log['y']") == at["log"]
+    assert store_line(str(path), 1, 100, "nowhere") is None
+    assert store_line(str(path), 12, 100, "history") is None  # outside the span searched
+    assert find_store("history", [(str(path), 1, 100)]) == f"train.py:{at['append']}"
+    assert store_line(str(tmp_path / "missing.py"), 1, 10, "history") is None
+
+
+def test_a_tracked_loop_records_the_append_line_of_its_growing_list():
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept = []
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(12):
+            out = model(torch.randn(4, 8))
+            out.sum().backward()
+            opt.step()
+            kept.append(out)
+    append_line = inspect.currentframe().f_lineno - 1  # the line above
+    rows = [r for rec in tracker.run().holders for r in rec["holders"] if r["holder"] == "kept"]
+    assert rows, "the walk did not name `kept`"
+    assert rows[-1]["stored"] == f"test_stores.py:{append_line}"
