@@ -167,110 +167,54 @@ def device_total(run: Run) -> float | None:
     return float(run.meta["device_total_bytes"]) if run.meta.get("device_total_bytes") else None
 
 
+@dataclass(frozen=True)
+class _Window:
+    """The series the signals are read from, and the analysed window: after the warm-up, with
+    its last fifth ("now")."""
+
+    steps: pd.DataFrame
+    reserved: np.ndarray
+    allocated: np.ndarray | None
+    total: float | None  # the device's memory (or the budget)
+    start: int
+    tail: slice
+
+
 def detect(run: Run) -> list[Finding]:
     steps = run.steps
     reserved = _column(steps, "reserved_bytes")
     if reserved is None:
         return []
     allocated = _column(steps, "allocated_bytes")
-    total = device_total(run)
-    conf = parse_alloc_conf(run.meta.get("pytorch_cuda_alloc_conf") or "")
     start = max(settle_index(reserved), settle_index(allocated) if allocated is not None else 0)
     tail = slice(start + (len(reserved) - start) * 4 // 5, None)  # the last fifth of the window: "now"
+    w = _Window(steps, reserved, allocated, device_total(run), start, tail)
+    # insertion order is the evidence's order
     signals: dict[str, _Signal] = {}
     data: dict[str, float] = {"window_start_step": start}
-
-    creep = None
-    if allocated is not None:
-        creep = steady_growth(reserved[start:] - allocated[start:])
-        if creep and creep.steady and creep.rise >= MIN_GROWTH:
-            alloc_slope = theil(np.arange(len(allocated) - start, dtype=float), allocated[start:])[0]
-            signals["creep"] = _Signal(
-                f"the cache (reserved minus allocated) grew {fmt_bytes(creep.slope)}/step over "
-                f"{len(reserved) - start} steps (Kendall tau {creep.tau:.2f}, p={creep.p:.1g}) while allocated "
-                f"memory changed {fmt_bytes(alloc_slope, signed=True)}/step: freed blocks are not being reused",
-                0.5 + 0.4 * creep.tau,
-            )
-            data.update(cache_growth_per_step=creep.slope, allocated_slope=alloc_slope)
-            if total:
-                left = (total - reserved[-1]) / creep.slope
-                signals["creep"] = _Signal(
-                    signals["creep"].evidence + f"; at this rate the reserve reaches the "
-                    f"device's {fmt_bytes(total)} in about {max(left, 0):.0f} steps, then "
-                    "every new segment costs a cache flush and retry",
-                    signals["creep"].confidence,
-                )
-
-    retries = _column(steps, "num_alloc_retries")
-    if retries is not None and retries[-1] > retries[start]:
-        n = int(retries[-1] - retries[start])
-        signals["retries"] = _Signal(
-            f"the allocator found no free block and had to flush its cache and retry "
-            f"cudaMalloc {n} times after warm-up (each retry synchronises the device)",
-            0.7,
-        )
-        data["alloc_retries"] = n
-    ooms = _column(steps, "num_ooms")
-    if ooms is not None and ooms[-1] > 0:
-        signals["ooms"] = _Signal(f"the allocator raised {int(ooms[-1])} out-of-memory errors", 0.8)
-        data["ooms"] = int(ooms[-1])
-
+    creep = _creep_signal(w, signals, data)
+    _failure_signals(w, signals, data)
     peak_reserved = _peak(steps, "reserved_peak_bytes", reserved)
-    pressure = bool(total and peak_reserved >= PRESSURE * total) or "retries" in signals or "ooms" in signals
-    split = _column(steps, "inactive_split_bytes")
-    if split is not None:
-        share = float(np.median(split[tail] / np.maximum(reserved[tail], 1)))
-        data["inactive_split_share"] = share
-        if pressure and share >= SPLIT_SHARE and np.median(split[tail]) >= MIN_GROWTH:
-            signals["split"] = _Signal(
-                f"{share:.0%} of the reserve ({fmt_bytes(np.median(split[tail]))}) is free but "
-                "stranded in split segments, which the allocator can neither release nor "
-                "use for bigger requests, while the device is under pressure",
-                0.6,
-            )
-        grow = steady_growth(split[start:])
-        if grow and grow.steady and grow.rise >= MIN_GROWTH:
-            signals["split_growth"] = _Signal(
-                f"inactive split memory grew {fmt_bytes(grow.slope)}/step (Kendall tau {grow.tau:.2f})", 0.6
-            )
-
-    requested = _column(steps, "requested_bytes")
-    if requested is not None and allocated is not None:
-        waste = allocated[tail] - requested[tail]
-        waste_share = float(np.median(waste / np.maximum(allocated[tail], 1)))
-        data["rounding_waste_share"] = waste_share
-        if waste_share >= WASTE_SHARE and np.median(waste) >= WASTE_MIN_BYTES:
-            signals["waste"] = _Signal(
-                f"blocks are {waste_share:.0%} bigger than the requests they serve "
-                f"({fmt_bytes(np.median(waste))} allocated but not asked for)",
-                0.4,
-            )
-
+    pressure = bool(w.total and peak_reserved >= PRESSURE * w.total) or "retries" in signals or "ooms" in signals
+    _split_signals(w, pressure, signals, data)
+    waste = _waste_signal(w, signals, data)
     peak_alloc = _peak(steps, "allocated_peak_bytes", allocated if allocated is not None else reserved)
     harm = "retries" in signals or "ooms" in signals
     fragmented = any(k in signals for k in ("creep", "split", "split_growth"))
-    too_small = bool(total and peak_alloc >= CAPACITY * total) and harm
+    too_small = bool(w.total and peak_alloc >= CAPACITY * w.total) and harm
     if not (fragmented or harm or "waste" in signals):
         return []  # a big but stable reserve is the cache doing its job
     if too_small:
-        assert total is not None  # too_small needs a device total
+        assert w.total is not None  # too_small needs a device total
         signals["capacity"] = _Signal(
-            f"live memory peaked at {fmt_bytes(peak_alloc)}, {peak_alloc / total:.0%} of "
-            f"the device's {fmt_bytes(total)}",
+            f"live memory peaked at {fmt_bytes(peak_alloc)}, {peak_alloc / w.total:.0%} of "
+            f"the device's {fmt_bytes(w.total)}",
             0.8,
         )
     only_capacity = too_small and not fragmented
-    cache_now = float(np.median(reserved[tail] - allocated[tail])) if allocated is not None else 0.0
-    if only_capacity:
-        location, total_bytes = "device memory: the run's peak live memory nearly fills the device", peak_alloc
-    elif set(signals) == {"waste"}:
-        assert allocated is not None and requested is not None  # the waste signal needs both
-        location = "PyTorch caching allocator (blocks much bigger than the requests they serve)"
-        total_bytes = float(np.median(allocated[tail] - requested[tail]))
-    else:
-        location, total_bytes = "PyTorch caching allocator (fragmented cache)", cache_now
+    location, total_bytes = _location(w, signals, only_capacity, peak_alloc, waste)
     confidence = 1 - float(np.prod([1 - s.confidence for s in signals.values()]))  # noisy-or of the signals
-    data.update(peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_reserved, device_total_bytes=total or 0)
+    data.update(peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_reserved, device_total_bytes=w.total or 0)
     return [
         Finding(
             detector=NAME,
@@ -281,7 +225,7 @@ def detect(run: Run) -> list[Finding]:
             confidence=round(min(confidence, 0.95), 3),
             evidence=tuple(s.evidence for s in signals.values()),
             fix=allocator_fix(
-                conf,
+                parse_alloc_conf(run.meta.get("pytorch_cuda_alloc_conf") or ""),
                 fragmented=fragmented,
                 pressure=pressure and not only_capacity,
                 capacity=too_small,
@@ -291,6 +235,103 @@ def detect(run: Run) -> list[Finding]:
             data=data,
         )
     ]
+
+
+def _creep_signal(w: _Window, signals: dict[str, _Signal], data: dict) -> Growth | None:
+    """The cache (reserved minus allocated) growing steadily: freed blocks are not reused. Returns
+    the cache's trend (None without an allocated series or when too short)."""
+    if w.allocated is None:
+        return None
+    start, reserved, allocated = w.start, w.reserved, w.allocated
+    creep = steady_growth(reserved[start:] - allocated[start:])
+    if not (creep and creep.steady and creep.rise >= MIN_GROWTH):
+        return creep
+    alloc_slope = theil(np.arange(len(allocated) - start, dtype=float), allocated[start:])[0]
+    evidence = (
+        f"the cache (reserved minus allocated) grew {fmt_bytes(creep.slope)}/step over "
+        f"{len(reserved) - start} steps (Kendall tau {creep.tau:.2f}, p={creep.p:.1g}) while allocated "
+        f"memory changed {fmt_bytes(alloc_slope, signed=True)}/step: freed blocks are not being reused"
+    )
+    data.update(cache_growth_per_step=creep.slope, allocated_slope=alloc_slope)
+    if w.total:
+        left = (w.total - reserved[-1]) / creep.slope
+        evidence += (
+            f"; at this rate the reserve reaches the device's {fmt_bytes(w.total)} in about {max(left, 0):.0f} "
+            "steps, then every new segment costs a cache flush and retry"
+        )
+    signals["creep"] = _Signal(evidence, 0.5 + 0.4 * creep.tau)
+    return creep
+
+
+def _failure_signals(w: _Window, signals: dict[str, _Signal], data: dict) -> None:
+    """The allocator failing the program: cache flushes and retries after warm-up, OOMs."""
+    retries = _column(w.steps, "num_alloc_retries")
+    if retries is not None and retries[-1] > retries[w.start]:
+        n = int(retries[-1] - retries[w.start])
+        signals["retries"] = _Signal(
+            f"the allocator found no free block and had to flush its cache and retry "
+            f"cudaMalloc {n} times after warm-up (each retry synchronises the device)",
+            0.7,
+        )
+        data["alloc_retries"] = n
+    ooms = _column(w.steps, "num_ooms")
+    if ooms is not None and ooms[-1] > 0:
+        signals["ooms"] = _Signal(f"the allocator raised {int(ooms[-1])} out-of-memory errors", 0.8)
+        data["ooms"] = int(ooms[-1])
+
+
+def _split_signals(w: _Window, pressure: bool, signals: dict[str, _Signal], data: dict) -> None:
+    """Free memory stranded in split segments while the device is under pressure, or growing."""
+    split = _column(w.steps, "inactive_split_bytes")
+    if split is None:
+        return
+    tail = w.tail
+    share = float(np.median(split[tail] / np.maximum(w.reserved[tail], 1)))
+    data["inactive_split_share"] = share
+    if pressure and share >= SPLIT_SHARE and np.median(split[tail]) >= MIN_GROWTH:
+        signals["split"] = _Signal(
+            f"{share:.0%} of the reserve ({fmt_bytes(np.median(split[tail]))}) is free but "
+            "stranded in split segments, which the allocator can neither release nor "
+            "use for bigger requests, while the device is under pressure",
+            0.6,
+        )
+    grow = steady_growth(split[w.start :])
+    if grow and grow.steady and grow.rise >= MIN_GROWTH:
+        signals["split_growth"] = _Signal(
+            f"inactive split memory grew {fmt_bytes(grow.slope)}/step (Kendall tau {grow.tau:.2f})", 0.6
+        )
+
+
+def _waste_signal(w: _Window, signals: dict[str, _Signal], data: dict) -> float | None:
+    """Blocks systematically much bigger than the requests they serve. Returns the median bytes
+    allocated but not asked for "now" (None without both series)."""
+    requested = _column(w.steps, "requested_bytes")
+    if requested is None or w.allocated is None:
+        return None
+    waste = w.allocated[w.tail] - requested[w.tail]
+    waste_share = float(np.median(waste / np.maximum(w.allocated[w.tail], 1)))
+    data["rounding_waste_share"] = waste_share
+    if waste_share >= WASTE_SHARE and np.median(waste) >= WASTE_MIN_BYTES:
+        signals["waste"] = _Signal(
+            f"blocks are {waste_share:.0%} bigger than the requests they serve "
+            f"({fmt_bytes(np.median(waste))} allocated but not asked for)",
+            0.4,
+        )
+    return float(np.median(waste))
+
+
+def _location(
+    w: _Window, signals: dict[str, _Signal], only_capacity: bool, peak_alloc: float, waste: float | None
+) -> tuple[str, float]:
+    """Where the finding points, and the bytes it concerns: the device (too small), the allocator's
+    rounding waste, or its fragmented cache."""
+    if only_capacity:
+        return "device memory: the run's peak live memory nearly fills the device", peak_alloc
+    if set(signals) == {"waste"}:
+        assert waste is not None  # the waste signal needs both series
+        return "PyTorch caching allocator (blocks much bigger than the requests they serve)", waste
+    cache_now = float(np.median(w.reserved[w.tail] - w.allocated[w.tail])) if w.allocated is not None else 0.0
+    return "PyTorch caching allocator (fragmented cache)", cache_now
 
 
 def _peak(steps: pd.DataFrame, name: str, fallback: np.ndarray) -> float:

@@ -1,0 +1,113 @@
+"""Fix text for a culprit: what to change in the code, chosen by the kind of leak and by how
+its holder (a variable, a module attribute, a closure, a ctx, ...) keeps the tensors."""
+
+from __future__ import annotations
+
+from ..schema import Kind
+
+
+def culprit_fix(
+    kind: Kind,
+    holder: str,
+    hkind: str,
+    chained: bool,
+    has_grad: bool,
+    saved_growing: bool,
+    same_object: bool | None = None,
+) -> str:
+    """The fix for `holder` (of the walk's kind `hkind`) keeping tensors as a `kind` leak."""
+    if kind == Kind.RETAINED_GRAPH:
+        return _retained_graph_fix(holder, chained, same_object)
+    if ".ctx." in holder:
+        return (
+            f"the custom autograd Function stores tensors as attributes of `ctx` ({holder}), which makes a "
+            f"reference cycle through the graph that is never freed: save them with "
+            f"`ctx.save_for_backward(...)` and read `ctx.saved_tensors` in backward."
+        )
+    grad = " and `.detach()` them (they carry autograd graphs)" if has_grad else ""
+    if kind == Kind.CACHED_TENSOR:
+        return (
+            f"the module attribute `{holder}` gains tensors every forward: do not cache on `self` across "
+            f"steps (reset it at the start of each forward/step), or bound it "
+            f"(`collections.deque(maxlen=...)`){grad}. A tensor that must persist belongs in "
+            f"`register_buffer` with a fixed size."
+        )
+    return _container_fix(holder, hkind, grad)
+
+
+def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None) -> str:
+    """Chained graphs (each step's built on the last) are cut with `.detach()`; graphs merely
+    kept alongside their tensors are not built at all (no_grad) or dropped (`.detach()`)."""
+    if chained and same_object:
+        return (
+            f"`{holder}` is updated in place with every step's result (like `{holder} += loss`), which chains "
+            f"each step's autograd graph to the previous one, so none is ever freed: accumulate a Python "
+            f"number (`{holder} += loss.item()`) or a detached tensor (`{holder} += loss.detach()`)."
+        )
+    if chained and same_object is False:
+        return (
+            f"`{holder}` is recomputed every step from its previous value without `.detach()`, which chains "
+            f"each step's autograd graph to the previous one, so none is ever freed: carry a detached value "
+            f"into the next step (`{holder} = {holder}.detach()`, for an RNN hidden state `h = h.detach()` "
+            f"after each backward; a running statistic under `torch.no_grad()`), and call `backward()` "
+            f"without `retain_graph=True`."
+        )
+    if chained:
+        return (
+            f"`{holder}` links each step's autograd graph to the previous one, so no graph is ever freed. "
+            f"Accumulate a Python number instead (`{holder} += loss.item()`), or cut the link with "
+            f"`.detach()` where the tensor is carried into the next step (an RNN hidden state: "
+            f"`h = h.detach()` each step); then `backward()` needs no `retain_graph=True`."
+        )
+    return (
+        f"`{holder}` keeps tensors together with their autograd graphs (every activation saved for "
+        f"backward). Run evaluation/inference under `torch.no_grad()` or `torch.inference_mode()`, "
+        f"store `out.detach()` (`.cpu()`, or `.item()` for a scalar), and call `backward()` without "
+        f"`retain_graph=True` unless a second backward really needs it."
+    )
+
+
+def _container_fix(holder: str, hkind: str, grad: str) -> str:
+    """A holder that gains tensors every step: what to keep instead, or how to bound or clear it,
+    said the way its kind of holder (closure, optimizer, default argument, ...) is changed."""
+    if hkind == "closure" and " (closure of " in holder:
+        var, owner = holder[:-1].split(" (closure of ", 1)
+        return (
+            f"`{var}`, a variable of the enclosing function that the closure of `{owner}` keeps alive, gains "
+            f"tensors every step: append a number (`loss.item()`) or a detached copy (`t.detach().cpu()`), "
+            f"bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
+        )
+    if hkind == "optimizer_attr":
+        return (
+            f"`{holder}` is a container the optimizer keeps besides its state, and it gains a tensor every "
+            f"step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or clear it after "
+            f"logging{grad}."
+        )
+    if hkind == "closure":
+        return (
+            f"`{holder}` is captured by a closure (a hook or callback) and gains tensors every step: store "
+            f"`t.detach().cpu()` or a number, clear it after use, or remove the hook when done{grad}."
+        )
+    if hkind == "default_arg":
+        return (
+            f"`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
+            f"it stays alive for the life of the function. Default to `None` and create the container inside the "
+            f"function, or pass it in explicitly and clear it{grad}."
+        )
+    if hkind == "unreachable":
+        return (
+            "tensors created here stay alive although no variable, attribute or container memleak could "
+            "reach holds them: typically a reference cycle through autograd (a custom autograd Function "
+            "storing tensors on `ctx` or `self` instead of `ctx.save_for_backward`, a tensor hook or "
+            "closure capturing its own tensor). Break the cycle, or `.detach()` what is stored."
+        )
+    if "." in holder and not holder.startswith("<"):
+        return (
+            f"`{holder}` accumulates tensors (a metric or accumulator state): call its `reset()` (or clear "
+            f"it) after each `compute()`/epoch, keep numbers (`.item()`) or `.detach().cpu()` copies, or "
+            f"bound it with `collections.deque(maxlen=...)`{grad}."
+        )
+    return (
+        f"`{holder}` gains tensors every step: append a number (`loss.item()`) or a detached copy "
+        f"(`t.detach().cpu()`), bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
+    )

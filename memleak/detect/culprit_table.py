@@ -1,0 +1,54 @@
+"""The culprits detector's working table: one entry per location, which every cause (a
+growing holder, surviving cohorts, saved graphs, module outputs) adds its evidence to."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ..schema import Kind
+
+#: location -> entry (kind, fix, evidence, data, leak, confidence, bps, total), made into a Finding at the end.
+Entries = dict[str, dict[str, Any]]
+
+
+def entry(findings: Entries, loc: str, **kw) -> dict:
+    """The entry at `loc`; a new, empty one with the fields `kw` when there is none yet."""
+    f = findings.get(loc)
+    if f is None:
+        f = findings[loc] = {
+            "evidence": [],
+            "data": {},
+            "leak": False,
+            "confidence": 0.0,
+            "bps": 0.0,
+            "total": 0.0,
+            **kw,
+        }
+    return f
+
+
+def merge_siblings(findings: Entries) -> None:
+    """Attributes of one object that grow together (a metric's ``preds`` and ``target``) are one
+    cause: the biggest keeps its location and takes the others' evidence."""
+    by_parent: dict[str, list[str]] = defaultdict(list)
+    for loc, f in findings.items():
+        if (
+            f.get("leak")
+            and "." in loc
+            and ":" not in loc
+            and f["kind"] in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
+        ):
+            by_parent[loc.rsplit(".", 1)[0]].append(loc)
+    for parent, locs in by_parent.items():
+        if len(locs) < 2:
+            continue
+        locs.sort(key=lambda name: (-findings[name]["bps"], name))
+        keep = findings[locs[0]]
+        for other in locs[1:]:
+            f = findings.pop(other)
+            keep["evidence"].append(f"{other}, another attribute of {parent}, grows with it:")
+            keep["evidence"].extend(f["evidence"][:2])
+            keep["bps"] += f["bps"]
+            keep["total"] += f["total"]
+            keep["confidence"] = max(keep["confidence"], f["confidence"])

@@ -1,0 +1,261 @@
+"""Holders that grow: per deep step, a named holder whose tensor count, bytes or autograd graph
+keeps growing (the ``holders`` records), and registered buffers replaced by ever bigger tensors."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..schema import Kind
+from ..units import fmt_bytes
+from .culprit_fixes import culprit_fix
+from .culprit_table import Entries, entry
+from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, sustained_rise
+
+#: Graph nodes a holder must gain before a growing graph counts.
+MIN_NODE_RISE = 8
+
+#: How the evidence names a holder of each kind the walk gives.
+_WHERE = {
+    "module_attr": "the module attribute",
+    "buffer": "the buffer",
+    "closure": "the closure variable",
+    "class_attr": "the class attribute",
+    "global": "the global",
+    "local": "the variable",
+    "hook": "the hook object",
+    "default_arg": "the default argument",
+    "optimizer_attr": "the optimizer attribute",
+}
+
+
+@dataclass(frozen=True)
+class _HolderSeries:
+    """One holder's columns over the sampled deep steps, and the growth found in them."""
+
+    steps: list[int]
+    count: list[float]
+    nbytes: list[float]
+    grad: list[float]
+    nodes: list[float]
+    old: list[float]
+    last: dict  # the holder's latest row
+    count_trend: dict | None
+    bytes_trend: dict | None
+    node_trend: dict | None
+    cap_at: int | None  # the first sample whose graph hit the walk's node cap
+    node_steps: list[int]  # the samples the graph is judged on (up to the cap)
+    node_values: list[float]
+
+
+def holder_findings(holders, hkinds, saved_info, findings: Entries, carried) -> None:
+    """An entry for every holder whose count, bytes or graph grows over the sampled steps."""
+    if len(holders) < MIN_SAMPLES:
+        return
+    steps, by = _series(holders, "holders")
+    for name, rows in by.items():
+        h = _holder_series(steps, rows)
+        if h.count_trend or h.bytes_trend or h.node_trend:
+            _holder_entry(findings, name, h, hkinds.get(name, ""), saved_info is not None, carried)
+
+
+def _holder_series(steps: list[int], rows: list[dict | None]) -> _HolderSeries:
+    count, nbytes = _col(rows, "count"), _col(rows, "bytes")
+    grad, nodes = _col(rows, "grad"), _col(rows, "nodes")
+    # a capped graph count keeps growing past the cap
+    cap_at = next((i for i, r in enumerate(rows) if r and r.get("capped")), None)
+    nsteps, nvals = (steps, nodes) if cap_at is None else (steps[: cap_at + 1], nodes[: cap_at + 1])
+    n_tr = sustained_rise(nsteps, nvals, MIN_NODE_RISE)
+    if n_tr and not _spans_steps(rows):
+        n_tr = None  # a bigger graph each step, built afresh (a growing curriculum), not one kept
+    return _HolderSeries(
+        steps=steps,
+        count=count,
+        nbytes=nbytes,
+        grad=grad,
+        nodes=nodes,
+        old=_col(rows, "old"),
+        last=next((r for r in reversed(rows) if r), {}),
+        count_trend=sustained_rise(steps, count, MIN_COUNT_RISE),
+        bytes_trend=sustained_rise(steps, nbytes, 1024, rel_rise=0.5) if max(nbytes) > 0 else None,
+        node_trend=n_tr,
+        cap_at=cap_at,
+        node_steps=nsteps,
+        node_values=nvals,
+    )
+
+
+def _holder_kind(hkind: str, chained: bool, saved_growing: bool, h: _HolderSeries) -> Kind:
+    if chained:
+        return Kind.RETAINED_GRAPH
+    if hkind in ("module_attr", "buffer"):
+        return Kind.CACHED_TENSOR
+    if saved_growing and (h.count_trend or h.node_trend):
+        return Kind.RETAINED_GRAPH
+    return Kind.SURVIVING_TENSORS
+
+
+def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, saved: bool, carried) -> None:
+    """The entry for the growing holder `name`: its kind, fix, size and evidence."""
+    has_grad = h.grad[-1] > 0
+    # the graph grows but not the count: each step's graph is built on the previous one
+    chained = h.node_trend is not None and h.count_trend is None
+    saved_growing = saved and has_grad
+    kind = _holder_kind(hkind, chained, saved_growing, h)
+    steps, nbytes = h.steps, h.nbytes
+    bps = (h.bytes_trend["slope"] if h.bytes_trend else 0.0) or (nbytes[-1] - nbytes[0]) / max(1, steps[-1] - steps[0])
+    trends = (h.count_trend, h.bytes_trend, h.node_trend)
+    f = entry(findings, name, kind=kind)
+    f.update(
+        kind=kind,
+        leak=True,
+        confidence=max(f["confidence"], max(t["confidence"] for t in trends if t)),
+        bps=max(f["bps"], bps),
+        total=max(f["total"], nbytes[-1]),
+        fix=culprit_fix(
+            kind, name, hkind, chained, has_grad, saved_growing, same_object=(h.old[-1] > 0) if chained else None
+        ),
+        data={
+            **f["data"],
+            "holder_kind": hkind,
+            "steps": steps,
+            "count": h.count,
+            "bytes": nbytes,
+            "nodes": h.nodes,
+            "chained": chained,
+            "carried": name in carried,
+        },
+    )
+    f["evidence"].extend(_growth_evidence(name, hkind, h, bps))
+    if chained and carried:
+        if name in carried:  # the graphs detector gives the evidence
+            f["confidence"] = max(f["confidence"], 0.95)
+        else:
+            others = ", ".join(sorted(carried)[:3])
+            f["evidence"].append(f"its graph includes the chain carried from step to step by {others}")
+    f["evidence"].extend(_graph_evidence(name, h, chained, has_grad))
+    f["evidence"].extend(_row_notes(h.last))
+
+
+def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> list[str]:
+    """How the holder's tensor count (else its bytes) grew, in words."""
+    where = _WHERE.get(hkind, "")
+    if "." in name and hkind in ("local", "global"):
+        where = "the attribute"
+    what = f"{where + ' ' if where else ''}{name}"
+    steps, count, nbytes = h.steps, h.count, h.nbytes
+    size = fmt_bytes(nbytes[-1])
+    if h.count_trend:
+        return [
+            f"{what} holds {_count_words(count[-1])} of {size} at step {steps[-1]}, "
+            f"up from {int(round(count[0]))} at step {steps[0]} ({_per_step(h.count_trend['slope'])}, "
+            f"{fmt_bytes(bps)} per step); {int(round(h.old[-1]))} of them are two or more steps old"
+        ]
+    if h.bytes_trend:
+        return [
+            f"{what} grows from {fmt_bytes(nbytes[0])} at step {steps[0]} to {size} "
+            f"at step {steps[-1]} ({fmt_bytes(bps)} per step) while holding {_count_words(count[-1])}"
+        ]
+    return []
+
+
+def _graph_evidence(name: str, h: _HolderSeries, chained: bool, has_grad: bool) -> list[str]:
+    """How the autograd graph the holder reaches grew, or that its tensors carry graphs at all."""
+    if h.node_trend:
+        capped = " (counted up to the cap)" if h.cap_at is not None else ""
+        return [
+            f"the autograd graph reachable from {name} grows from {int(h.nodes[0])} to {int(max(h.node_values))} "
+            f"nodes{capped} between steps {h.steps[0]} and {h.node_steps[-1]} "
+            f"(+{h.node_trend['slope']:.1f} nodes per step): "
+            + ("each step's graph is chained to the previous one" if chained else "each held tensor keeps its graph")
+        ]
+    if has_grad:
+        return [f"{int(round(h.grad[-1]))} of its tensors carry a grad_fn (their autograd graphs stay alive)"]
+    return []
+
+
+def _row_notes(last: dict) -> list[str]:
+    """What the walk noted about the holder's latest row: host memory, estimates, its own note."""
+    notes = []
+    if last.get("host_bytes"):
+        notes.append(
+            f"{fmt_bytes(last['host_bytes'])} of it is in host memory (tensors on another device than the tracked one)"
+        )
+    if last.get("note"):
+        notes.append(last["note"])
+    if last.get("estimated"):
+        notes.append("counts of long containers are estimated from their first and last elements")
+    return notes
+
+
+def buffer_findings(holders, findings: Entries) -> None:
+    """An entry for every registered buffer whose bytes grow: replaced by a bigger tensor each step."""
+    if len(holders) < MIN_SAMPLES:
+        return
+    steps = [r["step"] for r in holders]
+    paths = {p for r in holders for p in r.get("buffers", {})}
+    for p in paths:
+        vals = [float((r.get("buffers", {}).get(p) or [0, 0])[1]) for r in holders]
+        tr = sustained_rise(steps, vals, 1024, rel_rise=0.2)
+        if tr is None:
+            continue
+        f = entry(findings, p, kind=Kind.CACHED_TENSOR)
+        f.update(
+            kind=Kind.CACHED_TENSOR,
+            leak=True,
+            confidence=max(f["confidence"], tr["confidence"]),
+            bps=max(f["bps"], tr["slope"]),
+            total=max(f["total"], vals[-1]),
+            fix=(
+                f"the registered buffer `{p}` grows (it is replaced by a larger tensor every step): keep "
+                f"buffers a fixed size (preallocate and write in place, or keep a bounded window)."
+            ),
+        )
+        f["evidence"].append(
+            f"the registered buffer {p} grows from {fmt_bytes(vals[0])} at step {steps[0]} to "
+            f"{fmt_bytes(vals[-1])} at step {steps[-1]} ({fmt_bytes(tr['slope'])} per step)"
+        )
+
+
+# ---------------------------------------------------------------- series of the holders records
+
+
+def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], dict[str, list[dict | None]]]:
+    """The sampled steps, and per holder its row at each (None where the walk did not name it)."""
+    steps = [r["step"] for r in records]
+    by: dict[str, list[dict | None]] = defaultdict(lambda: [None] * len(records))
+    for i, r in enumerate(records):
+        for row in r.get(key, []):
+            by[row["holder"]][i] = row
+    return steps, dict(by)
+
+
+def _col(rows: list[dict | None], key: str) -> list[float]:
+    return [float(r.get(key, 0) or 0) if r else 0.0 for r in rows]
+
+
+def _spans_steps(rows: list[dict | None]) -> bool:
+    """Whether the holder's graph keeps nodes from one sample to the next: its oldest node is older
+    than the newest node of the previous sample's graph (node sequence numbers grow as nodes are
+    created). Without sequence numbers (older records) assume it does."""
+    seqs = [r.get("seq") if r else None for r in rows]
+    if not any(seqs):
+        return True
+    pairs = [(a, b) for a, b in zip(seqs, seqs[1:], strict=False) if a and b]
+    return any(b[0] <= a[1] for a, b in pairs) or any(r and r.get("capped") for r in rows)
+
+
+def _count_words(n: float) -> str:
+    n = int(round(n))
+    return f"{n} tensor" + ("" if n == 1 else "s")
+
+
+def _per_step(x: float) -> str:
+    if x >= 0.95 and abs(x - round(x)) < 0.15:
+        r = int(round(x))
+        return "one more each step" if r == 1 else f"{r} more each step"
+    if x >= 0.05:
+        return f"one more every {1 / x:.0f} steps" if x < 0.95 else f"{x:.1f} more each step"
+    return "slowly more"

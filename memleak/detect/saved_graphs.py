@@ -1,0 +1,96 @@
+"""Retained graphs seen from autograd's side: tensors saved for backward on earlier deep steps
+that graphs still hold (the ``saved`` records). When they grow, graphs are retained: the growing
+holder that keeps graphs takes the evidence, else the site that saved the most."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..schema import Kind
+from ..units import fmt_bytes
+from .culprit_fixes import culprit_fix
+from .culprit_table import Entries, entry
+from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, sustained_rise
+
+
+def saved_growth(saved) -> dict | None:
+    """The growth of what autograd still holds for backward, with the sites that saved it; None
+    when it does not grow."""
+    if len(saved) < MIN_SAMPLES:
+        return None
+    steps = [r["step"] for r in saved]
+    totals = [float(sum(c["bytes"] for c in r.get("cohorts", []))) for r in saved]
+    counts = [float(sum(c["count"] for c in r.get("cohorts", []))) for r in saved]
+    tr = sustained_rise(steps, totals, 1024, rel_rise=0.3) or sustained_rise(steps, counts, MIN_COUNT_RISE)
+    if tr is None:
+        return None
+    sites: dict[str, int] = defaultdict(int)
+    for c in saved[-1].get("cohorts", []):
+        sites[c.get("site", "?")] += c["bytes"]
+    top = sorted(sites.items(), key=lambda kv: -kv[1])
+    return {
+        "trend": tr,
+        "steps": steps,
+        "totals": totals,
+        "counts": counts,
+        "sites": top,
+        "cohorts": len({c["born"] for c in saved[-1].get("cohorts", [])}),
+    }
+
+
+def attach_saved(info, findings: Entries, hkinds) -> None:
+    """Credit the growth of saved tensors to the holder that keeps graphs, else to the top saving site."""
+    tr = info["trend"]
+    steps, totals = info["steps"], info["totals"]
+    bps = (totals[-1] - totals[0]) / max(1, steps[-1] - steps[0])
+    sites = ", ".join(s for s, _ in info["sites"][:3])
+    ev = (
+        f"autograd still holds {fmt_bytes(totals[-1])} of tensors saved for backward on {info['cohorts']} earlier "
+        f"sampled steps (saved at {sites}); it grows {fmt_bytes(bps)} per step: graphs are retained, not freed "
+        f"by backward"
+    )
+    keeper = _graph_keeper(findings)
+    if keeper is not None:
+        loc, f = keeper
+        if f["kind"] != Kind.CACHED_TENSOR:
+            f["kind"] = Kind.RETAINED_GRAPH
+            if not f["data"].get("chained"):
+                f["fix"] = culprit_fix(Kind.RETAINED_GRAPH, loc, hkinds.get(loc, ""), False, True, True)
+        f["evidence"].append(ev)
+        f["bps"] = f["bps"] + max(bps, 0.0)
+        f["total"] = f["total"] + totals[-1]
+        f["confidence"] = max(f["confidence"], tr["confidence"])
+        return
+    loc = info["sites"][0][0] if info["sites"] else "autograd graph"
+    f = entry(findings, loc, kind=Kind.RETAINED_GRAPH)
+    f.update(
+        kind=Kind.RETAINED_GRAPH,
+        leak=True,
+        confidence=max(f["confidence"], tr["confidence"] * 0.9),
+        bps=max(f["bps"], bps),
+        total=max(f["total"], totals[-1]),
+        fix=culprit_fix(Kind.RETAINED_GRAPH, loc, "", False, True, True),
+    )
+    f["evidence"].append(ev + "; no variable memleak reached holds the graph's output")
+
+
+def _graph_keeper(findings: Entries) -> tuple[str, dict] | None:
+    """The growing holder with grad_fn tensors that keeps graphs: one that carries its graph into
+    the next step first, then a retained graph, then the biggest graph; None when none has a graph."""
+    cands = [
+        (loc, f)
+        for loc, f in findings.items()
+        if f.get("leak")
+        and f["kind"] in (Kind.RETAINED_GRAPH, Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
+        and max(f.get("data", {}).get("nodes", [0]) or [0]) > 0
+    ]
+    if not cands:
+        return None
+    return max(
+        cands,
+        key=lambda lf: (
+            bool(lf[1]["data"].get("carried")),
+            lf[1]["kind"] == Kind.RETAINED_GRAPH,
+            max(lf[1]["data"]["nodes"]),
+        ),
+    )
