@@ -41,31 +41,12 @@ def headroom(
     ``fit(batch) * (1 + margin) <= capacity``. With `target_batch`, the result also
     gives the gradient-accumulation steps and micro-batch that make it.
     """
-    if (step_fn is None) == (peaks is None):
-        raise UsageError("pass either step_fn (to measure peaks) or peaks={batch_size: bytes}, not both or neither")
-    if not (0 <= margin < 10):
-        raise UsageError(f"margin is a share such as 0.1 (10 %), not {margin!r}")
-    if target_batch is not None and (int(target_batch) != target_batch or target_batch < 1):
-        raise UsageError(f"target_batch must be a positive integer, not {target_batch!r}")
+    _check_options(step_fn, peaks, margin, target_batch)
     dev = _device(device)
     if peaks is not None:
         points = {parse_batch(bs): parse_bytes(p) for bs, p in peaks.items()}
-        measured = False
     else:
-        if not callable(step_fn):
-            raise UsageError("step_fn must be a function of the batch size")
-        sizes = sorted({parse_batch(bs) for bs in batch_sizes})
-        points = {}
-        for bs in sizes:
-            try:
-                points[bs] = measure_peak(step_fn, bs, dev, warmup=warmup)
-            except Exception as e:
-                if is_oom(e):
-                    raise MemleakError(
-                        f"batch size {bs} ran out of memory while measuring: measure at smaller batch sizes"
-                    ) from e
-                raise
-        measured = True
+        points = _measure(step_fn, batch_sizes, dev, warmup)
     if len(points) < 2:
         raise UsageError("headroom needs peaks at two or more different batch sizes")
     cap = parse_bytes(capacity) if capacity is not None else device_capacity(dev)
@@ -73,12 +54,7 @@ def headroom(
         raise UsageError(f"capacity must be positive, not {capacity!r}")
     a, b = fit_line(points)
     best = largest_batch(a, b, cap, margin)
-    steps = micro = None
-    if target_batch is not None:
-        if best is None:
-            steps, micro = 1, int(target_batch)
-        elif best >= 1:
-            steps, micro = accumulation(int(target_batch), best)
+    steps, micro = _accumulation_plan(target_batch, best)
     residuals = {bs: (p - (a + b * bs)) / p if p else 0.0 for bs, p in points.items()}
     return Headroom(
         peaks=dict(sorted(points.items())),
@@ -88,12 +64,53 @@ def headroom(
         margin=margin,
         max_batch=best,
         device=str(dev),
-        measured=measured,
+        measured=peaks is None,
         target_batch=target_batch,
         accumulation_steps=steps,
         micro_batch=micro,
         residuals=residuals,
     )
+
+
+def _check_options(step_fn: Any, peaks: Any, margin: float, target_batch: int | None) -> None:
+    """UsageError for options headroom cannot work with, before anything is measured."""
+    if (step_fn is None) == (peaks is None):
+        raise UsageError("pass either step_fn (to measure peaks) or peaks={batch_size: bytes}, not both or neither")
+    if not (0 <= margin < 10):
+        raise UsageError(f"margin is a share such as 0.1 (10 %), not {margin!r}")
+    if target_batch is not None and (int(target_batch) != target_batch or target_batch < 1):
+        raise UsageError(f"target_batch must be a positive integer, not {target_batch!r}")
+
+
+def _measure(step_fn: Any, batch_sizes: Iterable[int], dev: Any, warmup: int) -> dict[int, float]:
+    """The peak of `step_fn(batch_size)` at each batch size, smallest first; an OOM says to
+    measure at smaller ones."""
+    if not callable(step_fn):
+        raise UsageError("step_fn must be a function of the batch size")
+    sizes = sorted({parse_batch(bs) for bs in batch_sizes})
+    points = {}
+    for bs in sizes:
+        try:
+            points[bs] = measure_peak(step_fn, bs, dev, warmup=warmup)
+        except Exception as e:
+            if is_oom(e):
+                raise MemleakError(
+                    f"batch size {bs} ran out of memory while measuring: measure at smaller batch sizes"
+                ) from e
+            raise
+    return points
+
+
+def _accumulation_plan(target_batch: int | None, best: int | None) -> tuple[int | None, int | None]:
+    """(accumulation steps, micro-batch) that make `target_batch` given the largest batch that
+    fits; (None, None) without a target, or when not even one sample fits."""
+    if target_batch is None:
+        return None, None
+    if best is None:
+        return 1, int(target_batch)
+    if best >= 1:
+        return accumulation(int(target_batch), best)
+    return None, None
 
 
 def parse_batch(bs: Any) -> int:

@@ -26,8 +26,8 @@ def _raise(growth):
 def every_live_check_runs(monkeypatch):
     """The live check normally skips checks beyond 0.5 % of the run's time; here every scheduled
     check runs, so that what is tested is its verdict, not its budget."""
-    import memleak.recorder as recorder
-    monkeypatch.setattr(recorder, "_LIVE_CHECK_BUDGET", 1.0)
+    from memleak.recorder import live
+    monkeypatch.setattr(live, "_LIVE_CHECK_BUDGET", 1.0)
 
 
 def _live_warnings(caplog):

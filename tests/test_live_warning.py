@@ -109,7 +109,7 @@ def test_the_live_check_does_not_disturb_the_memory_it_measures():
 def test_the_cheap_screen_passes_growth_and_stops_flat_noise():
     import numpy as np
 
-    from memleak.recorder import _trends_up
+    from memleak.recorder.live import _trends_up
     rng = np.random.default_rng(0)
     steps = np.arange(40)
     assert all(_trends_up(1e8 + 5e5 * steps + rng.normal(0, 1e5, 40)) for _ in range(50))

@@ -77,7 +77,7 @@ def test_a_failing_probe_is_turned_off_without_breaking_the_loop(monkeypatch):
         def sample(self, step, seconds):
             raise RuntimeError("probe bug")
 
-    import memleak.recorder as recorder
+    import memleak.recorder.tracker as recorder
     real = recorder.probes_for_level
     monkeypatch.setattr(recorder, "probes_for_level", lambda level: [*real(level), Broken()])
     with memleak.track(level="counters") as tracker:

@@ -8,6 +8,7 @@ import io
 import json
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -115,97 +116,152 @@ def decode_lines(path: Path, split: tuple[list[bytes], bool], errors: str) -> tu
 def read_fast(path: Path, data: bytes) -> Run | None:
     """Bulk reader for a well-formed file of array-encoded steps; None sends the file to the
     line-by-line reader (which also explains what is wrong)."""
-    truncated = False
-    problems: list[str] = []
-    if not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            return None
-        try:
-            json.loads(data[cut:])
-            data = data + b"\n"
-        except ValueError:
-            data = data[:cut]
-            whole = data.count(b"\n")
-            problems.append(
-                f"the file was cut short: line {whole + 1} is incomplete; the {whole} whole records before it were read"
-            )
-            truncated = True
+    whole = _whole_lines(data)
+    if whole is None:
+        return None
+    data, truncated, problems = whole
     if not data.startswith(b"{"):
         return None
-    n_lines = data.count(b"\n")
-    # the object lines: header, layouts, events, other records
+    objects = _scan_objects(data)
+    if objects is None or objects.meta is None:
+        return None
+    steps = _step_table(data, objects)
+    if steps is None:
+        return None
+    return Run(
+        objects.meta, steps, objects.events, objects.others, path=str(path), truncated=truncated, problems=problems
+    )
+
+
+def _whole_lines(data: bytes) -> tuple[bytes, bool, list[str]] | None:
+    """The file's whole lines (a last line cut short dropped, a complete one without its
+    newline kept), whether it was cut short, and the problem that says so; None for a file
+    without one whole line."""
+    if data.endswith(b"\n"):
+        return data, False, []
+    cut = data.rfind(b"\n") + 1
+    if cut == 0:
+        return None
+    try:
+        json.loads(data[cut:])
+    except ValueError:
+        whole = data[:cut].count(b"\n")
+        return (
+            data[:cut],
+            True,
+            [f"the file was cut short: line {whole + 1} is incomplete; the {whole} whole records before it were read"],
+        )
+    return data + b"\n", False, []
+
+
+@dataclass
+class _Objects:
+    """What the object lines (header, layouts, events, other records) of a run file hold."""
+
     meta: dict[str, Any] | None = None
-    events: list[dict] = []
-    others: dict[str, list[dict]] = {}
-    layouts: list[tuple[int, list[str], set[str]]] = []  # (first array row, columns, floats)
-    pos, rows_before, n_obj = 0, 0, 0
-    obj_chars = {b"[": 0, b"]": 0, b",": 0}  # these characters in object lines (checked below)
+    events: list[dict] = field(default_factory=list)
+    others: dict[str, list[dict]] = field(default_factory=dict)
+    layouts: list[tuple[int, list[str], set[str]]] = field(default_factory=list)  # (first array row, columns, floats)
+    lines: int = 0
+    chars: dict[bytes, int] = field(default_factory=lambda: {b"[": 0, b"]": 0, b",": 0})  # in object lines
+
+    def add(self, rec: dict, rows_before: int) -> bool:
+        """Take one object record, `rows_before` step arrays into the file; False when the bulk
+        reader cannot read the file (no header first, a layout that drops columns, a step object)."""
+        kind = rec.get("type")
+        if self.meta is None:
+            if kind != HEADER or rec.get("schema") != SCHEMA_VERSION:
+                return False
+            self.meta = {k: v for k, v in rec.items() if k != "type"}
+        elif kind == LAYOUT:
+            cols = rec.get("columns")
+            prev = self.layouts[-1][1] if self.layouts else []
+            if not isinstance(cols, list) or cols[: len(prev)] != prev or len(set(cols)) != len(cols):
+                return False
+            self.layouts.append((rows_before, list(cols), set(rec.get("floats") or ())))
+        elif kind == STEP or kind == HEADER:
+            return False
+        elif kind == EVENT:
+            self.events.append({k: v for k, v in rec.items() if k != "type"})
+        else:
+            self.others.setdefault(str(kind), []).append({k: v for k, v in rec.items() if k != "type"})
+        return True
+
+
+def _scan_objects(data: bytes) -> _Objects | None:
+    """Every object line, jumping from one to the next over the step arrays between them
+    (counted, so that each layout knows its first array row); None when one is no record."""
+    objects = _Objects()
+    pos, rows_before = 0, 0
+    chars = objects.chars
     while pos < len(data):
         end = data.index(b"\n", pos)
         line = data[pos:end]
-        n_obj += 1
-        for c in obj_chars:
-            obj_chars[c] += line.count(c)
+        objects.lines += 1
+        for c in chars:
+            chars[c] += line.count(c)
         try:
             rec = json.loads(line)
         except ValueError:
             return None
-        if not isinstance(rec, dict):
+        if not isinstance(rec, dict) or not objects.add(rec, rows_before):
             return None
-        kind = rec.get("type")
-        if meta is None:
-            if kind != HEADER or rec.get("schema") != SCHEMA_VERSION:
-                return None
-            meta = {k: v for k, v in rec.items() if k != "type"}
-        elif kind == LAYOUT:
-            cols = rec.get("columns")
-            prev = layouts[-1][1] if layouts else []
-            if not isinstance(cols, list) or cols[: len(prev)] != prev or len(set(cols)) != len(cols):
-                return None
-            layouts.append((rows_before, list(cols), set(rec.get("floats") or ())))
-        elif kind == STEP or kind == HEADER:
-            return None
-        elif kind == EVENT:
-            events.append({k: v for k, v in rec.items() if k != "type"})
-        else:
-            others.setdefault(str(kind), []).append({k: v for k, v in rec.items() if k != "type"})
         nxt = data.find(b"\n{", end)
         if nxt < 0:
-            rows_before += data.count(b"\n", end + 1)
             break
         rows_before += data.count(b"\n", end + 1, nxt + 1)
         pos = nxt + 1
-    if meta is None:
-        return None
+    return objects
+
+
+def _step_table(data: bytes, objects: _Objects) -> pd.DataFrame | None:
+    """The steps from every line that is not an object line; None unless each is one step array."""
     # Every other line is a step array: one "[" and one "]" each, and as many commas as
     # its fields less one (checked against the masks once they are decoded).
-    n_arr = n_lines - n_obj
-    if data.count(b"[") - obj_chars[b"["] != n_arr or data.count(b"]") - obj_chars[b"]"] != n_arr:
+    chars = objects.chars
+    n_arr = data.count(b"\n") - objects.lines
+    if data.count(b"[") - chars[b"["] != n_arr or data.count(b"]") - chars[b"]"] != n_arr:
         return None
     if n_arr == 0:
-        steps = _empty_steps()
-    else:
-        if not layouts or layouts[0][0] != 0:
-            return None
-        steps = _decode_arrays(data, n_arr, layouts, data.count(b",") - obj_chars[b","])
-        if steps is None:
-            return None
-        if steps.empty:
-            steps = _empty_steps()
-    return Run(meta, steps, events, others, path=str(path), truncated=truncated, problems=problems)
+        return _empty_steps()
+    if not objects.layouts or objects.layouts[0][0] != 0:
+        return None
+    steps = _decode_arrays(data, n_arr, objects.layouts, data.count(b",") - chars[b","])
+    if steps is None:
+        return None
+    return _empty_steps() if steps.empty else steps
 
 
 def _decode_arrays(
     data: bytes, n: int, layouts: list[tuple[int, list[str], set[str]]], commas: int
 ) -> pd.DataFrame | None:
-    columns, floats = layouts[-1][1], layouts[-1][2]
-    c_row = np.empty(n, dtype=np.int64)
+    """The `n` step arrays as columns (None when one does not match its masks and layout)."""
+    c_row = np.empty(n, dtype=np.int64)  # columns in each row's layout
     for i, (start, cols, _) in enumerate(layouts):
         stop = layouts[i + 1][0] if i + 1 < len(layouts) else n
         c_row[start:stop] = len(cols)
-    k_row = np.maximum(1, -(-c_row // MASK_BITS))
+    k_row = np.maximum(1, -(-c_row // MASK_BITS))  # mask fields in each row
     width = int((k_row + c_row).max())
+    a = _read_fields(data, n, width)
+    if a is None:
+        return None
+    masks = _read_masks(a, c_row, k_row)
+    if masks is None:
+        return None
+    out, rank = _fill_columns(a, masks, k_row, layouts[-1][1], layouts[-1][2])
+    # every row holds exactly its masks and the values they announce: nothing after them,
+    # and (nulls and empty fields both read as NaN) one comma less than its fields
+    for f in range(1, width):
+        if not np.isnan(a[f, rank <= f]).all():
+            return None
+    if int(rank.sum()) - n != commas:
+        return None
+    return pd.DataFrame(out, copy=False)
+
+
+def _read_fields(data: bytes, n: int, width: int) -> np.ndarray | None:
+    """Every step array's fields in one pass of pandas' C parser (object lines skipped as
+    comments): a[f, i] is field f of row i, NaN where absent. None unless n rows come back."""
     try:
         table = pd.read_csv(
             io.BytesIO(data.translate(None, b"[]")),
@@ -224,10 +280,14 @@ def _decode_arrays(
         return None
     if table.shape != (n, width):
         return None
-    # fields by row: a[f, i] is field f of row i (stacking columns is a plain copy)
-    a = np.stack([table[c].to_numpy(dtype=np.float64) for c in table.columns])
-    del table
-    rows = np.arange(n)
+    # fields by row (stacking columns is a plain copy)
+    return np.stack([table[c].to_numpy(dtype=np.float64) for c in table.columns])
+
+
+def _read_masks(a: np.ndarray, c_row: np.ndarray, k_row: np.ndarray) -> np.ndarray | None:
+    """Each row's change masks as ints (row, word); None unless every one is a whole number
+    within its word with no bit set beyond its row's layout."""
+    n = len(c_row)
     k_max = int(k_row.max())
     masks = np.zeros((n, k_max), dtype=np.int64)
     for k in range(k_max):
@@ -239,6 +299,16 @@ def _decode_arrays(
         room = np.clip(c_row[has] - k * MASK_BITS, 0, MASK_BITS)  # bits above the layout must be clear
         if ((masks[has, k] >> room) != 0).any():
             return None
+    return masks
+
+
+def _fill_columns(
+    a: np.ndarray, masks: np.ndarray, k_row: np.ndarray, columns: list[str], floats: set[str]
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Each column from the values its mask bit announces, carried forward over the steps that
+    left it unchanged; and, per row, the field after its last value."""
+    n = len(k_row)
+    rows = np.arange(n)
     rank = k_row.copy()  # next value's field in each row
     out: dict[str, np.ndarray] = {}
     for j, name in enumerate(columns):
@@ -261,14 +331,7 @@ def _decode_arrays(
         if name not in floats and not np.isnan(col).any():
             col = col.astype(np.int64)
         out[name] = col
-    # every row holds exactly its masks and the values they announce: nothing after them,
-    # and (nulls and empty fields both read as NaN) one comma less than its fields
-    for f in range(1, width):
-        if not np.isnan(a[f, rank <= f]).all():
-            return None
-    if int(rank.sum()) - n != commas:
-        return None
-    return pd.DataFrame(out, copy=False)
+    return out, rank
 
 
 def read_run_file(path: str | os.PathLike, errors: str = "raise") -> Run:

@@ -13,6 +13,28 @@ from .codec import EXACT_INT, LAYOUT, MASK_BITS, MISSING, SIG_DIGITS, as_number,
 from .reader import decode_lines, split_lines
 
 
+def _as_numbers(values: dict[str, Any]) -> list[tuple[str, Any]] | None:
+    """Every value as a plain int/float/None (NaN and inf as None, rounded where the schema
+    says), in the step's order; None when one is no number at all."""
+    items: list[tuple[str, Any]] = []
+    for k, v in values.items():
+        t = type(v)
+        if t is float:
+            if v - v != 0.0:  # NaN or +-inf
+                v = None
+            elif k in SIG_DIGITS:
+                v = round_sig(v, SIG_DIGITS[k])
+        elif t is not int or not -EXACT_INT < v < EXACT_INT:
+            if v is not None:
+                v = as_number(v)
+                if v is MISSING:
+                    return None
+                if type(v) is float and k in SIG_DIGITS:
+                    v = round_sig(v, SIG_DIGITS[k])
+        items.append((k, v))
+    return items
+
+
 class RecordSink:
     """Keeps records in memory; the base of RunWriter. `records` is what a Run is built from."""
 
@@ -74,26 +96,17 @@ class RunWriter(RecordSink):
 
     def step(self, values: dict[str, Any]) -> None:
         """One iteration's values, written as a change mask and the values that changed."""
-        # 1. every value as a plain int/float/None (else the step goes out as a plain record)
-        items: list[tuple[str, Any]] = []
-        for k, v in values.items():
-            t = type(v)
-            if t is float:
-                if v - v != 0.0:  # NaN or +-inf
-                    v = None
-                elif k in SIG_DIGITS:
-                    v = round_sig(v, SIG_DIGITS[k])
-            elif t is not int or not -EXACT_INT < v < EXACT_INT:
-                if v is not None:
-                    v = as_number(v)
-                    if v is MISSING:
-                        self._plain_step(values)
-                        return
-                    if type(v) is float and k in SIG_DIGITS:
-                        v = round_sig(v, SIG_DIGITS[k])
-            items.append((k, v))
-        # 2. the layout grows with new columns (and ints that become floats)
-        index, floats, last = self._index, self._floats, self._last_step
+        items = _as_numbers(values)
+        if items is None:  # a value that is no number: the step goes out as a plain record
+            self._plain_step(values)
+            return
+        self._grow_layout(items)
+        self._write(self._encode(items))
+
+    def _grow_layout(self, items: list[tuple[str, Any]]) -> None:
+        """Add the step's new columns (and ints that became floats) to the layout, and write the
+        layout record when it grew (or was never written)."""
+        index, floats = self._index, self._floats
         grew = False
         for k, v in items:
             if k not in index:
@@ -108,7 +121,10 @@ class RunWriter(RecordSink):
             self._emit(
                 {"type": LAYOUT, "columns": list(self._columns), "floats": [c for c in self._columns if c in floats]}
             )
-        # 3. the mask and the values that changed, in column order
+
+    def _encode(self, items: list[tuple[str, Any]]) -> str:
+        """The step array: the change mask(s), then the values that changed, in column order."""
+        index, last = self._index, self._last_step
         mask = 0
         changed: list[tuple[int, Any]] = []
         has_step = False
@@ -138,7 +154,7 @@ class RunWriter(RecordSink):
             n_words = n_masks(len(self._columns))
             head = ",".join(str(mask >> (MASK_BITS * i) & ((1 << MASK_BITS) - 1)) for i in range(n_words))
         body = ",".join(["null" if v is None else repr(v) for _, v in changed])
-        self._write(f"[{head},{body}]" if body else f"[{head}]")
+        return f"[{head},{body}]" if body else f"[{head}]"
 
     def _plain_step(self, values: dict[str, Any]) -> None:
         values = {k: v if (n := as_number(v)) is MISSING else n for k, v in prepare(values).items()}

@@ -1,0 +1,197 @@
+"""The live leak check: the few columns kept in memory for it, when it runs (sparse steps,
+within a time budget), its cheap screen, and the growth detector's verdict, confirmed twice and
+against a garbage collection before the one warning."""
+
+from __future__ import annotations
+
+import logging
+import time
+from array import array
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..detect.growth import Growth
+    from ..detect.lifetimes import LiveState
+    from ..io import RecordSink
+
+log = logging.getLogger("memleak")
+
+# Steps at which the live leak check runs: sparse enough that its cost stays negligible.
+_FIRST_LIVE_CHECK = 16
+_LIVE_CHECK_GROWTH = 1.5
+# ...and only while all checks so far cost at most this share of the run's time.
+_LIVE_CHECK_BUDGET = 0.005
+# Checks beyond that budget, per run, to confirm growth a check saw (each costs ~10-30 ms).
+_LIVE_EXTRA_CHECKS = 3
+# The columns kept in memory for that check (the full records go to the sink).
+NAN = float("nan")
+LIVE_COLUMNS = (
+    "step",
+    "time",
+    "duration",
+    "allocated_bytes",
+    "heap_bytes",
+    "tensor_bytes",
+    "rss_bytes",
+    "device_total_bytes",
+    "memleak_bytes",
+)
+
+#: Reads a memory column again now (less memleak's own bytes), or None where it cannot be.
+ReadNow = Callable[[str], "float | None"]
+
+
+def _trends_up(y, min_tau: float = 0.3, points: int = 200) -> bool:
+    """A cheap screen before the growth detector: Kendall's tau of the series against
+    time (on at most `points` evenly spaced values) is clearly positive. The detector
+    needs a far stronger trend to confirm a leak, so this only skips hopeless cases."""
+    import numpy as np
+
+    y = y[~np.isnan(y)]
+    if len(y) < 8:
+        return False
+    if len(y) > points:
+        y = y[np.linspace(0, len(y) - 1, points).astype(int)]
+    upper = np.triu_indices(len(y), 1)
+    return float(np.sign(y[None, :] - y[:, None])[upper].mean()) >= min_tau
+
+
+class LiveCheck:
+    """One run's live leak check. The tracker appends each step's values to `series` and,
+    from step `next_at` on, asks `due` and calls `run`; `confirmed` is set once a leak is."""
+
+    def __init__(self) -> None:
+        self.series = {col: array("d") for col in LIVE_COLUMNS}  # 8 bytes a value, NaN when absent
+        self.next_at: float = _FIRST_LIVE_CHECK
+        self.seconds = 0.0  # spent in checks so far
+        self.extra = 0  # checks run beyond the time budget
+        # growth an earlier live check saw, not yet confirmed (detect/lifetimes.py)
+        self.pending: LiveState | None = None
+        self.confirmed = False
+
+    def due(self, step: int, elapsed: float) -> bool:
+        """Within the time budget; or beyond it, a few times a run, to confirm or clear growth an
+        earlier check saw (the live check needs two looks at a growth before it calls it a leak)."""
+        if self.seconds <= _LIVE_CHECK_BUDGET * elapsed:
+            return True
+        from ..detect.lifetimes import ripe
+
+        if ripe(self.pending, step) and self.extra < _LIVE_EXTRA_CHECKS:
+            self.extra += 1
+            return True
+        return False
+
+    def run(
+        self,
+        step: int,
+        meta: dict[str, Any],
+        sink: RecordSink,
+        read_now: ReadNow,
+        on_confirmed: Callable[[Growth], None],
+    ) -> None:
+        """One check, its time counted against the budget (`on_confirmed` included), and the
+        next one scheduled."""
+        self.next_at = int(step * _LIVE_CHECK_GROWTH)
+        t0 = time.perf_counter()
+        growth = self._check(step, meta, sink, read_now)
+        if growth is not None:
+            on_confirmed(growth)
+        self.seconds += time.perf_counter() - t0
+
+    def _check(self, step: int, meta: dict[str, Any], sink: RecordSink, read_now: ReadNow) -> Growth | None:
+        """Warn once, as soon as the growth detector confirms a leak; that growth, else None."""
+        if self.confirmed:
+            return None
+        import numpy as np
+        import pandas as pd
+
+        from ..detect.growth import analyze_growth
+        from ..run import MEMORY_COLUMNS, Run
+
+        series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self.series.items()}
+        if not any(_trends_up(series[col]) for col in MEMORY_COLUMNS if col in series):
+            return None  # the usual case, a clean run: no need for the full (~10 ms) analysis
+        steps = pd.DataFrame(series)
+        try:
+            growth = analyze_growth(Run(meta, steps.dropna(axis=1, how="all")))
+        except Exception as e:  # a detector bug must not break the user's training loop
+            self.next_at = float("inf")
+            log.warning("memleak: the live leak check failed and was turned off: %r", e)
+            sink.event("probe_failed", probe="live_check", step=step, error=repr(e))
+            return None
+        if not self._confirmed(growth, steps, step, sink, read_now):
+            return None
+        self.confirmed = True
+        _announce(growth, step, sink)
+        return growth
+
+    def _confirmed(self, growth: Growth, steps: pd.DataFrame, step: int, sink: RecordSink, read_now: ReadNow) -> bool:
+        """A leak the live check may report: growth that lasted and kept its slope since an earlier
+        check (else a filling cache is still possible), and that a garbage collection does not
+        give back (cyclic garbage waiting for the collector)."""
+        from ..detect.lifetimes import live_series, live_verdict
+
+        x, y = live_series(steps, growth.column) if growth.column else (None, None)
+        if y is None:
+            return False
+        assert x is not None  # live_series gives both or neither
+        was_pending = self.pending is not None
+        pending_rows = self.pending.rows if self.pending is not None else 1
+        verdict, self.pending = live_verdict(growth, y, x, self.pending)
+        if verdict != "leak":
+            if self.pending is not None and not was_pending:
+                import gc
+
+                gc.collect()  # garbage older than this growth must not count as given back later
+            return False
+        return not self._gc_gives_back(growth, x[-1] - x[pending_rows - 1], step, sink, read_now)
+
+    def _gc_gives_back(self, growth: Growth, span: float, step: int, sink: RecordSink, read_now: ReadNow) -> bool:
+        """Whether a garbage collection now gives back the growth seen over `span` steps: then it
+        was cyclic garbage, not a leak (said in the run and the log, and the pending growth cleared)."""
+        from ..detect.lifetimes import gc_returned
+
+        assert growth.column is not None  # a confirmed growth names its column
+        before = read_now(growth.column)
+        if before is None:
+            return False
+        import gc
+
+        gc.collect()
+        after = read_now(growth.column)
+        if after is None or not gc_returned(growth.slope, span, before, after):
+            return False
+        self.pending = None
+        sink.event("gc_returned", step=step, column=growth.column, freed_bytes=before - after)
+        log.info(
+            "memleak: %s grew, but a garbage collection gave back %d bytes: not a leak", growth.column, before - after
+        )
+        return True
+
+
+def _announce(growth: Growth, step: int, sink: RecordSink) -> None:
+    """The one warning of a confirmed leak, in the log and in the run."""
+    from ..units import fmt_bytes
+
+    when = (
+        f"; at this rate it runs out of memory in about {growth.steps_to_full:,.0f} more steps"
+        if growth.steps_to_full
+        else ""
+    )
+    log.warning(
+        "memleak: memory leak confirmed at step %d: %s grows %s per step%s",
+        step,
+        growth.column,
+        fmt_bytes(growth.slope),
+        when,
+    )
+    sink.event(
+        "leak_confirmed",
+        step=step,
+        column=growth.column,
+        slope=growth.slope,
+        steps_to_full=growth.steps_to_full,
+    )

@@ -1,0 +1,336 @@
+"""The `Tracker`: starts the probes and installs its hooks, marks each iteration's end and
+records its step, and undoes everything on exit, also when the loop raises."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from ..errors import UsageError
+from ..io import RecordSink, RunWriter, read_run_file, run_from_records
+from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
+from ..schema import LEVELS
+from .live import NAN, LiveCheck
+from .runinfo import base_meta, run_file_path
+
+if TYPE_CHECKING:
+    from ..detect.growth import Growth
+
+log = logging.getLogger("memleak")
+
+
+def _checked_options(
+    model: Any, optimizer: Any, level: str, census_budget: float, record_history: bool | int, out: Any
+) -> list:
+    """The optimizers as a list, once every option is one the Tracker can run with (else
+    UsageError, before anything is installed)."""
+    if level not in LEVELS:
+        raise UsageError(f"level must be one of {', '.join(map(repr, LEVELS))}, not {level!r}")
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise UsageError(f"model must be a torch.nn.Module (or None), not {type(model).__name__}")
+    optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else ([optimizer] if optimizer else [])
+    for opt in optimizers:
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise UsageError(f"optimizer must be a torch.optim.Optimizer, not {type(opt).__name__}")
+    if not 0 < census_budget <= 1:
+        raise UsageError(f"census_budget is a share of step time in (0, 1], not {census_budget!r}")
+    if record_history and out is None:
+        raise UsageError("record_history needs out=: the snapshot is written next to the run file")
+    return optimizers
+
+
+class Tracker:
+    """Records one run. Use through `memleak.track(...)` or `memleak.watch(...)`."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module | None = None,
+        *,
+        optimizer: Any = None,
+        out: str | os.PathLike | None = None,
+        level: str = "full",
+        device: Any = None,
+        budget: int | float | str | None = None,
+        record_history: bool | int = False,
+        on_leak: Callable[[Any], None] | None = None,
+        census_budget: float = 0.05,
+    ):
+        optimizers = _checked_options(model, optimizer, level, census_budget, record_history, out)
+        from ..units import parse_bytes
+
+        self.level = level
+        self.out = None if out is None else Path(out)
+        self.budget_bytes = None if budget is None else parse_bytes(budget)
+        self.record_history = record_history
+        self.on_leak = on_leak
+        self._model_ref = weakref.ref(model) if model is not None else (lambda: None)
+        # With several optimizers (a GAN), the last one listed ends each iteration.
+        self._optimizer_ref = weakref.ref(optimizers[-1]) if optimizers else (lambda: None)
+        self._device_arg = device
+        self._census_budget = census_budget
+        self._state = "new"
+        self._probes: list[Probe] = []
+        self._hooks: list[Any] = []
+        self._manual = False
+        self._last_boundary_by_optimizer = False
+        self._step = 0
+        self._live = LiveCheck()
+        self._heap: Callable[[], int] | None = None  # the C heap counter, to measure memleak's own bookkeeping bytes
+        self._own_bytes = 0
+        self.sink: RecordSink | None = None
+        self.path: Path | None = None
+
+    @property
+    def leak_confirmed(self) -> bool:
+        """Whether the live check confirmed a leak (it warns once, then checks no more)."""
+        return self._live.confirmed
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> Tracker:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
+        self.close(exc)
+        return False  # never swallow the loop's exception
+
+    def start(self) -> Tracker:
+        if self._state != "new":
+            raise UsageError("this tracker was already started; create a new one for another run")
+        self._state = "running"
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        model = self._model_ref()
+        self.device = resolve_device(self._device_arg, model)
+        if self.out is not None:
+            self.path = run_file_path(self.out)
+            self.sink = RunWriter(self.path)
+        else:
+            self.sink = RecordSink()
+        meta = base_meta(self.device, self.level, self.budget_bytes, model)
+        skipped = self._start_probes(meta)
+        meta["probes"] = [p.name for p in self._probes]
+        self.sink.header(meta)
+        self.meta = meta
+        for name, why in skipped:
+            log.info("memleak: %s probe skipped: %s", name, why)
+            self.sink.event("probe_skipped", probe=name, reason=why)
+        if self.record_history:
+            self._start_history()
+        opt = self._optimizer_ref()
+        if opt is not None:
+            self._hooks.append(opt.register_step_post_hook(self._on_optimizer_step))
+        # Import what the live check needs before the first step: importing pandas and scipy
+        # mid-run (at step 16) would add ~20 MiB to the C heap and RSS this run measures.
+        from ..detect import growth  # noqa: F401
+        from ..probes.host import heap_counter
+
+        self._heap = heap_counter()
+        self._t0 = self._t_step = time.perf_counter()
+        self._begin(0)
+
+    def _start_probes(self, meta: dict[str, Any]) -> list[tuple[str, str]]:
+        """Start the level's probes, their header fields into `meta`; those unavailable here
+        are stopped again and returned as (name, why)."""
+        sink = self._started_sink()
+        ctx = ProbeContext(
+            device=self.device,
+            level=self.level,
+            model_ref=self._model_ref,
+            optimizer_ref=self._optimizer_ref,
+            emit=sink.record,
+            options={"census_budget": self._census_budget},
+        )
+        skipped: list[tuple[str, str]] = []
+        for probe in probes_for_level(self.level):
+            try:
+                meta.update(probe.start(ctx))
+            except Unavailable as e:
+                skipped.append((probe.name, str(e)))
+                probe.stop()
+                continue
+            self._probes.append(probe)
+        return skipped
+
+    def _start_history(self) -> None:
+        """Turn on the allocator's memory history (for the snapshots at an OOM or a leak)."""
+        from ..probes import history
+
+        entries = 100_000 if self.record_history is True else int(self.record_history)
+        if not history.start(entries):
+            self._started_sink().event("probe_skipped", probe="history", reason="memory history needs CUDA")
+            self.record_history = False
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Stop recording: remove every hook, stop every probe, close the file. Idempotent."""
+        if self._state in ("new", "closed"):
+            self._state = "closed"
+            return
+        self._state = "closed"
+        try:
+            if is_oom(exc):
+                self._record_oom(exc)
+        finally:
+            for handle in self._hooks:
+                handle.remove()
+            self._hooks.clear()
+            for probe in self._probes:
+                try:
+                    probe.stop()
+                except Exception as e:  # one probe failing to stop must not keep the others' hooks in
+                    log.warning("memleak: %s probe failed to stop: %s", probe.name, e)
+            if self.record_history:
+                from ..probes import history
+
+                history.stop()
+            if self.sink is not None:
+                self.sink.close()
+
+    @property
+    def active(self) -> bool:
+        return self._state == "running"
+
+    def _started_sink(self) -> RecordSink:
+        """Where records go; start() sets it before any step, check or OOM can use it."""
+        assert self.sink is not None
+        return self.sink
+
+    # ------------------------------------------------------------ steps
+    def step(self) -> None:
+        """End the current iteration. Once called, only these calls mark iterations."""
+        if not self.active:
+            raise UsageError("tracker.step() was called outside the tracked block (the tracker is not running)")
+        if not self._manual:
+            self._manual = True
+            if self._last_boundary_by_optimizer:
+                # optimizer.step() just ended this iteration; this call confirms it.
+                self._last_boundary_by_optimizer = False
+                return
+        self._end_step()
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self._manual or not self.active:
+            return
+        self._end_step()
+        self._last_boundary_by_optimizer = True
+
+    def _begin(self, step: int) -> None:
+        for probe in self._probes:
+            probe.step_begin(step)
+        self._t_step = time.perf_counter()
+
+    def _end_step(self) -> None:
+        now = time.perf_counter()
+        seconds = now - self._t_step
+        step = self._step
+        values: dict[str, Any] = {"step": step, "time": round(now - self._t0, 6), "duration": round(seconds, 6)}
+        for probe in list(self._probes):
+            try:
+                values.update(probe.sample(step, seconds))
+            except Exception as e:  # a probe bug must not break the user's training loop
+                self._turn_off(probe, e)
+        heap = self._heap
+        if heap is not None:
+            values["memleak_bytes"] = self._own_bytes
+            heap0 = heap()
+        self._started_sink().step(values)
+        live = self._live
+        for col, vals in live.series.items():
+            v = values.get(col)
+            vals.append(NAN if v is None else v)
+        if heap is not None:
+            # what this bookkeeping kept on the heap (the live columns, in-memory records) is
+            # memleak's own memory, taken off the host series before they are judged
+            self._own_bytes += heap() - heap0
+        self._step = step = step + 1
+        if step >= live.next_at and live.due(step, now - self._t0):
+            live.run(step, self.meta, self._started_sink(), self._read_now, self._on_leak_confirmed)
+        self._begin(step)
+
+    def _turn_off(self, probe: Probe, error: Exception) -> None:
+        """A probe that failed: stopped and dropped, and said in the log and the run."""
+        self._probes.remove(probe)
+        probe.stop()
+        log.warning("memleak: %s probe failed and was turned off: %s", probe.name, error)
+        self._started_sink().event("probe_failed", probe=probe.name, step=self._step, error=repr(error))
+
+    # ------------------------------------------------------------ live warning
+    def _on_leak_confirmed(self, growth: Growth) -> None:
+        """After the live check's warning: the leak snapshot, then the user's on_leak."""
+        if self.record_history and self.path is not None:
+            self._dump_history("leak-snapshot.pickle")
+        if self.on_leak is not None:
+            self.on_leak(growth)
+
+    def _read_now(self, column: str) -> float | None:
+        """`column` read again now (less memleak's own bytes), or None where it cannot be."""
+        from ..probes.host import rss_bytes
+
+        if column == "heap_bytes" and self._heap is not None:
+            return float(self._heap() - self._own_bytes)
+        if column == "rss_bytes":
+            v = rss_bytes()
+            return None if v is None else float(v - self._own_bytes)
+        if column == "allocated_bytes" and self.device.type == "cuda":
+            return float(torch.cuda.memory_allocated(self.device))
+        return None
+
+    def _record_oom(self, exc: BaseException) -> None:
+        from ..probes.allocator import read_allocator
+        from ..probes.host import rss_bytes
+
+        counters: dict[str, Any] = {"rss_bytes": rss_bytes()}
+        try:
+            counters.update(read_allocator(self.device))
+        except Exception:
+            pass
+        self._started_sink().event("oom", step=self._step, message=str(exc).splitlines()[0][:500], **counters)
+        if self.record_history and self.path is not None:
+            self._dump_history("oom-snapshot.pickle")
+
+    def _dump_history(self, name: str) -> None:
+        from ..probes import history
+
+        assert self.path is not None  # callers check that the run has a file
+        target = self.path.parent / name
+        try:
+            written = history.dump(target)
+        except Exception as e:  # a failed dump must never hide the OOM or leak being reported
+            log.warning("memleak: could not write the memory snapshot %s: %s", target, e)
+            self._started_sink().event("snapshot_failed", path=target.name, error=repr(e))
+            return
+        if written:
+            self._started_sink().event("snapshot", path=target.name, step=self._step)
+
+    # ------------------------------------------------------------ results
+    def run(self):
+        """The run recorded so far, as a `memleak.Run`."""
+        if self.sink is None:
+            raise UsageError("nothing was recorded: the tracker was never started")
+        if isinstance(self.sink, RunWriter):
+            return read_run_file(self.sink.path)
+        return run_from_records(self.sink.records)
+
+    def report(self):
+        """Analyse what was recorded so far; see `memleak.analyze`."""
+        from ..analysis import analyze
+
+        return analyze(self.run())
+
+
+def track(model: torch.nn.Module | None = None, **options: Any) -> Tracker:
+    """Context manager that records a run: ``with memleak.track(model, optimizer=opt) as t: ...``."""
+    return Tracker(model, **options)

@@ -1,0 +1,49 @@
+"""`memleak.watch`: a decorator that records a run in which each call is one iteration."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..probes import is_oom
+from .tracker import Tracker
+
+
+def watch(model: Any = None, **options: Any):
+    """Decorator: each call of the decorated function is one iteration.
+
+    ``@memleak.watch(model)`` or bare ``@memleak.watch``. The tracker starts on
+    the first call and stays open between calls (its hooks must see them); it is
+    at ``fn.tracker``; ``fn.tracker.close()`` removes everything, as does exit.
+    """
+    if callable(model) and not isinstance(model, torch.nn.Module):
+        return watch()(model)  # used bare: @memleak.watch
+
+    def decorate(fn: Callable) -> Callable:
+        tracker = Tracker(model, **options)
+        tracker._manual = True  # each call is one iteration; optimizer steps do not mark any
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if tracker._state == "new":
+                tracker.start()
+                import atexit
+
+                atexit.register(tracker.close)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as e:
+                if is_oom(e) and tracker.active:
+                    tracker._record_oom(e)
+                raise
+            if tracker.active:
+                tracker._end_step()
+            return result
+
+        wrapper.tracker = tracker  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate

@@ -1,0 +1,80 @@
+"""Allocation stacks: each distinct stack formatted once, and the top user frame (the "site")
+that blocks and trace entries are grouped by."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+NO_STACK = "<no stack recorded>"
+
+#: A frame as a hashable (filename, line, name): the key stacks are cached by.
+_FRAME_KEY = operator.itemgetter("filename", "line", "name")
+
+
+def _frame_str(frame: tuple, full: bool) -> str:
+    filename, line, name = frame
+    return f"{filename if full else filename.rsplit('/', 1)[-1]}:{line}:{name}"
+
+
+def _is_user_frame(filename: str) -> bool:
+    """A Python frame outside torch, the standard library and memleak: where a person
+    would look. Third-party model code (transformers, timm...) counts as user code."""
+    if not filename.endswith(".py") or "<frozen" in filename:
+        return False
+    if "/torch/" in filename or "/memleak/" in filename:
+        return False
+    return not ("/lib/python3" in filename and "-packages/" not in filename)
+
+
+class Stacks:
+    """Formats each distinct allocation stack once. torch symbolises every distinct
+    traceback once and shares its frame list between entries (the pickle keeps that
+    sharing), so most lookups hit the cache by list identity; lists that are equal but
+    not shared hit the cache by content. Lists stay alive in the snapshot data while
+    this runs, so their ids are stable."""
+
+    def __init__(self) -> None:
+        self.tops: dict[str, int] = {}
+        self.fulls: dict[str, int] = {}
+        self._by_list: dict[int, tuple[int, int]] = {}
+        self._by_content: dict[tuple, tuple[int, int]] = {}
+
+    def codes(self, frames: Any) -> tuple[int, int]:
+        """(top-frame code, full-stack code); (-1, -1) when no stack was recorded."""
+        if not frames:
+            return -1, -1
+        c = self._by_list.get(id(frames))
+        if c is None:
+            key = tuple(map(_FRAME_KEY, frames))
+            c = self._by_content.get(key)
+            if c is None:
+                c = self._by_content[key] = self._format(key)
+            self._by_list[id(frames)] = c
+        return c
+
+    def _format(self, frames: tuple[tuple, ...]) -> tuple[int, int]:
+        top = next((f for f in frames if _is_user_frame(f[0])), None)
+        if top is None:  # no user frame: the innermost Python frame, else the innermost frame
+            top = next((f for f in frames if f[0].endswith(".py")), frames[0])
+        full = "\n".join(_frame_str(f, full=True) for f in frames)
+        return (
+            self.tops.setdefault(_frame_str(top, full=False), len(self.tops)),
+            self.fulls.setdefault(full, len(self.fulls)),
+        )
+
+    def columns(self, codes: Iterable[tuple[int, int]]) -> tuple[pd.Categorical, pd.Categorical]:
+        pairs = np.array(list(codes), dtype=np.int64).reshape(-1, 2)
+        return (
+            pd.Categorical.from_codes(pairs[:, 0], categories=list(self.tops)),
+            pd.Categorical.from_codes(pairs[:, 1], categories=list(self.fulls)),
+        )
+
+
+def site_of(frames: Any) -> str:
+    """The top user frame of a block or trace entry, or a placeholder when none was recorded."""
+    return frames if isinstance(frames, str) else NO_STACK
