@@ -276,14 +276,17 @@ def code_lines(*objs: Any) -> int:
 
 
 def formats() -> list[dict]:
-    from memleak.io import codec, reader
+    from memleak.io import codec, reader, writer
     helpers = (_split, _frame, _no_gc)
     out = [
         dict(name="memleak", writer=MemleakWriter, reader=read_memleak,
-             reader_code=(reader.read_run_file, reader.read_fast, reader._decode_arrays, codec.n_masks,
+             reader_code=(reader.read_run_file, reader.read_fast, reader._whole_lines, reader._Objects,
+                          reader._scan_objects, reader._step_table, reader._decode_arrays, reader._read_fields,
+                          reader._read_masks, reader._fill_columns, codec.n_masks,
                           reader.split_lines, codec.Layout, reader.decode_lines, reader._check_header,
                           reader.run_from_records, reader._empty_steps),
-             writer_code=(RunWriter.step, RunWriter._plain_step, codec.as_number, codec.round_sig,
+             writer_code=(RunWriter.step, writer._as_numbers, RunWriter._grow_layout, RunWriter._encode,
+                          RunWriter._plain_step, codec.as_number, codec.round_sig,
                           RunWriter._emit, RunWriter._write)),
         dict(name="delta/orjson", writer=DeltaOrjsonWriter, reader=read_delta_orjson,
              reader_code=(read_delta_orjson, *helpers), writer_code=(DeltaOrjsonWriter.step, _policy, _round_sig)),

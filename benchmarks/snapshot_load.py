@@ -4,7 +4,7 @@ Builds a synthetic snapshot shaped like a real one recorded with
 ``_record_memory_history(max_entries=100_000)``: 100k trace entries, 2,000
 segments holding 20k blocks, 300 distinct stacks of 20-40 frames (Python and
 C++) shared between entries the way torch shares them. Pickles it, then times
-``memleak.load`` + ``fragmentation()`` + ``findings()`` + ``summary()``.
+``memleak.load`` + ``fragmentation()`` + the snapshot findings (``memleak.analyze``) + the text report.
 
     python3 benchmarks/snapshot_load.py [--entries N]
 """
@@ -81,12 +81,13 @@ def main() -> None:
         snap = memleak.load(path)
         t1 = time.perf_counter()
         frag = snap.fragmentation()
-        findings = snap.findings()
-        snap.summary()
+        report = memleak.analyze(snap)
+        findings = report.findings
+        str(report)
         t2 = time.perf_counter()
     print(f"{len(snap.trace)} trace entries, {len(snap.blocks)} blocks in {len(snap.segments)} segments "
           f"({size / MiB:.0f} MiB pickle)")
-    print(f"load {t1 - t0:.2f} s, fragmentation + findings + summary {t2 - t1:.2f} s, "
+    print(f"load {t1 - t0:.2f} s, fragmentation + findings + report {t2 - t1:.2f} s, "
           f"total {t2 - t0:.2f} s ({len(frag)} pool rows, {len(findings)} findings)")
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ class HolderRow(TypedDict, total=False):
     capped: bool  # the node count hit its cap
     estimated: bool  # counts of long containers estimated from their ends
     note: str
+    views: int  # of them, small views that keep a much larger storage alive
     stored: str  # file.py:line in the user's code that stores into it (the append, the assignment)
 
 

@@ -60,7 +60,7 @@ def test_a_tracked_loop_records_the_append_line_of_its_growing_list():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     kept = []
     with memleak.track(model, optimizer=opt, level="full") as tracker:
-        for _ in range(12):
+        for _ in range(40):
             out = model(torch.randn(4, 8))
             out.sum().backward()
             opt.step()
@@ -69,3 +69,7 @@ def test_a_tracked_loop_records_the_append_line_of_its_growing_list():
     rows = [r for rec in tracker.run().holders for r in rec["holders"] if r["holder"] == "kept"]
     assert rows, "the walk did not name `kept`"
     assert rows[-1]["stored"] == f"test_stores.py:{append_line}"
+    top = tracker.report().suspects[0]
+    assert top.location == "kept"
+    assert top.fix.startswith(f"At test_stores.py:{append_line}: ")
+    assert any(f"filled at test_stores.py:{append_line}" in e for e in top.evidence)

@@ -51,6 +51,7 @@ def detect(run: Run) -> list[Finding]:
         _cap_uncarried_chains(findings, carried)
     module_evidence(run.module_records, findings)
     merge_siblings(findings)
+    _point_at_stores(holders, findings)
     return [_finding(loc, f) for loc, f in findings.items()]
 
 
@@ -61,6 +62,24 @@ def _holder_kinds(holders) -> dict[str, str]:
         for row in r.get("holders", []):
             hkinds.setdefault(row["holder"], row.get("kind", ""))
     return hkinds
+
+
+def _point_at_stores(holders, findings: Entries) -> None:
+    """Name the user's line that stores into each leaking holder (the `append`, the `+=`): the fix
+    goes there, not where the tensor was computed (often a model's forward)."""
+    stored: dict[str, str] = {}
+    for r in holders:  # by step: the latest line the walk found wins
+        for row in r.get("holders", []):
+            if row.get("stored"):
+                stored[row["holder"]] = row["stored"]
+    for loc, f in findings.items():
+        line = stored.get(loc)
+        if line is None or not f.get("leak"):
+            continue
+        f["evidence"].insert(1, f"{loc} is filled at {line}, the line in your code that stores into it")
+        f["data"]["stored"] = line
+        if f.get("fix"):
+            f["fix"] = f"At {line}: {f['fix']}"
 
 
 def _cap_uncarried_chains(findings: Entries, carried) -> None:

@@ -137,6 +137,15 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             f["evidence"].append(f"its graph includes the chain carried from step to step by {others}")
     f["evidence"].extend(_graph_evidence(name, h, chained, has_grad))
     f["evidence"].extend(_row_notes(h.last))
+    if _mostly_views(h.last):
+        f["fix"] += (
+            " Its tensors are small views (`t[0]`, `t[:, i]`, `t.view(...)`) that each keep their whole base "
+            "tensor alive: store a copy of the part you need (`t[0].clone()`, or `.detach().clone()`)."
+        )
+
+
+def _mostly_views(last: dict) -> bool:
+    return bool(last.get("views")) and last["views"] >= 0.5 * max(1.0, last.get("count", 0))
 
 
 def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> list[str]:
@@ -185,6 +194,10 @@ def _row_notes(last: dict) -> list[str]:
         )
     if last.get("note"):
         notes.append(last["note"])
+    if last.get("views"):
+        notes.append(
+            f"{_count_words(last['views'])} it holds are views of larger tensors: each keeps its whole base in memory"
+        )
     if last.get("estimated"):
         notes.append("counts of long containers are estimated from their first and last elements")
     return notes

@@ -32,6 +32,7 @@ class HolderStats:
     seq: tuple | None = None  # lowest and highest node sequence numbers in that graph
     estimated: bool = False
     note: str = ""
+    views: float = 0.0  # tensors that are small views of a much larger storage
     linked: bool = False  # its graph is built on what it held at the previous sample (graphs.py)
     _storages: set = field(default_factory=set, repr=False)
     _grad_fns: list = field(default_factory=list, repr=False)
@@ -60,6 +61,8 @@ class HolderStats:
             r["note"] = self.note
         if self.linked:
             r["linked"] = True
+        if self.views:
+            r["views"] = round(self.views, 1)
         return r
 
 
@@ -94,6 +97,14 @@ class HolderTally:
         for it in itertools.islice(items, NAME_ALL_UP_TO):
             if issubclass(type(it), torch.Tensor):
                 self.tensor_holder.setdefault(id(it), holder)
+                self._name_base(it, holder)
+
+    def _name_base(self, t: torch.Tensor, holder: str) -> None:
+        """The base a view keeps alive is held by the view's holder too: a view and its base
+        are one cause, not a second tensor held by nothing."""
+        base = t._base
+        if base is not None:
+            self.tensor_holder.setdefault(id(base), holder)
 
     def _estimated(self, holder: str) -> None:
         self._stats(holder, "").estimated = True
@@ -113,11 +124,14 @@ class HolderTally:
         if note and not st.note:
             st.note = note
         self.tensor_holder[id(t)] = holder
+        self._name_base(t, holder)
         key, nb = tensor_nbytes(t)
         if key in st._storages:
             nb = 0
         else:
             st._storages.add(key)
+        if nb > 2 * t.numel() * t.element_size():  # a small view keeping a large storage alive
+            st.views += weight
         st.count += weight
         st.nbytes += nb * weight
         if self.device_type is not None and t.device.type != self.device_type:
