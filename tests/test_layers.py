@@ -104,3 +104,22 @@ def test_no_import_cycle():
         if state.get(m) is None and visit(m, [m]):
             break
     assert not cycle, " -> ".join(cycle)
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def test_small_rooms():
+    """Small modules with one job each, and functions short enough to read at once."""
+    too_long = []
+    for name, path in modules().items():
+        source = path.read_text()
+        if source.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}.{node.name}: {length} lines")
+    assert not too_long, too_long
