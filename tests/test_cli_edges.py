@@ -103,3 +103,14 @@ def test_report_on_a_snapshot_pickle_end_to_end(tmp_path):
     assert (tmp_path / "out" / "memory.png").stat().st_size > 1000
     assert_one_error_line(memleak("report", sf.write(tmp_path / "y.pickle", {"no": 1})), tmp_path / "y.pickle",
                           "not a PyTorch memory snapshot")
+
+
+def test_report_does_not_import_torch():
+    """Analysing a run file needs no torch: `memleak report` starts in a second, on any machine."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from memleak.cli import main; main(['report', sys.argv[1]]); "
+            "print('TORCH' if 'torch' in sys.modules else 'NO TORCH')")
+    out = subprocess.run([sys.executable, "-c", code, str(EXAMPLE_RUN)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().endswith("NO TORCH"), out.stdout[-300:] + out.stderr[-2000:]

@@ -6,12 +6,13 @@ import argparse
 import json
 
 from ..errors import UsageError
-from ..planning import headroom, parse_batch
 from ..units import parse_bytes
 from .args import positive_int, share
 
 
 def _parse_peaks(text: str) -> dict[int, float]:
+    from ..planning import parse_batch  # imports torch: only when this subcommand runs
+
     peaks: dict[int, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         bs, sep, size = part.partition("=")
@@ -42,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..planning import headroom
+
     result = headroom(
         peaks=_parse_peaks(args.peaks), capacity=args.capacity, margin=args.margin, target_batch=args.target_batch
     )
