@@ -144,3 +144,94 @@ def test_importing_the_plots_does_not_import_matplotlib():
     code = "import sys, memleak.report.plots; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------- readability
+
+
+def test_the_trend_is_drawn_thin_dashed_and_beneath_the_data():
+    run = leaking_run()
+    ax = plot_run(run, analyze_growth(run)).axes[0]
+    data = next(line for line in ax.get_lines() if line.get_label() == "allocated")
+    trend = next(line for line in ax.get_lines() if line.get_label().startswith("Theil-Sen"))
+    assert trend.get_zorder() < data.get_zorder()
+    assert trend.get_linewidth() < data.get_linewidth()
+    assert trend.get_linestyle() != "-" and trend.get_alpha() < 1
+
+
+def test_legends_sit_outside_the_data_area():
+    run = leaking_run(inactive_split_bytes=np.linspace(0, 64 * MIB, 100))
+    fig = plot_run(run, analyze_growth(run))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        assert legend is not None
+        box, area = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert box.x0 >= area.x1  # right of the axes: it hides no data
+
+
+def _run_with_categories_and_holders() -> Run:
+    t = np.arange(60)
+    heap = 500 * MIB + 2 * MIB * t
+    steps = pd.DataFrame({"step": t, "heap_bytes": heap})
+    detail = range(0, 60, 6)
+    modules = [{"step": s, "categories": {"parameter": 10 * MIB, "gradient": 10 * MIB, "optimizer_state": 20 * MIB,
+                                          "total": float(heap[s])}} for s in detail]
+    holders = [{"step": s, "holders": [{"holder": "history", "bytes": 2 * MIB * s, "count": s, "nodes": 3 * s}]}
+               for s in detail]
+    return Run({"device": "cpu"}, steps, records={"modules": modules, "holders": holders})
+
+
+def test_categories_and_holders_are_stacked_beneath_the_line():
+    run = _run_with_categories_and_holders()
+    ax = plot_run(run).axes[0]
+    stacked = [c.get_label() for c in ax.collections]
+    assert stacked == ["activations/other", "parameters", "gradients", "optimizer state", "history"]
+    assert labels(ax)[0] == "C heap"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "history" in legend and "optimizer state" in legend
+    low, _ = ax.get_ylim()
+    assert low > 0  # a big, constant rest is cut so that what grows stays readable
+
+
+def test_holders_over_time_is_a_figure_of_bytes_tensors_and_nodes():
+    from memleak.report.plots import plot_holders
+
+    fig = plot_holders(_run_with_categories_and_holders())
+    assert [ax.get_ylabel() for ax in fig.axes] == ["held (MiB)", "tensors", "autograd nodes"]
+    line = fig.axes[2].get_lines()[0]
+    assert line.get_label() == "history" and list(line.get_ydata()) == [3 * s for s in range(0, 60, 6)]
+    assert plot_holders(leaking_run()) is None  # no reference walks, no figure
+
+
+def test_a_symptom_a_culprit_explains_is_no_bar_but_an_unexplained_one_is_a_grey_symptom():
+    culprit = Suspect(Kind.SURVIVING_TENSORS, "history", MIB, 60 * MIB, 0.95, ("e",), "f", detectors=("culprits",))
+    growth = Suspect(Kind.LINEAR_GROWTH, "heap_bytes", 1.2 * MIB, 70 * MIB, 0.9, ("e",), "f", detectors=("growth",))
+    (ax,) = plot_suspects([culprit, growth]).axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["history"]
+    big = Suspect(Kind.LINEAR_GROWTH, "heap_bytes", 10 * MIB, 700 * MIB, 0.9, ("e",), "f", detectors=("growth",))
+    fig = plot_suspects([culprit, big])
+    assert {t.get_text() for t in fig.axes[0].get_yticklabels()} == {"history", "heap_bytes"}
+    assert "linear_growth (symptom)" in texts(fig)
+    grey = [p for p in fig.axes[0].patches if p.get_width() > 100]
+    assert len(grey) == 1 and grey[0].get_facecolor()[:3] == pytest.approx((0.5, 0.5, 0.5), abs=0.01)
+
+
+def test_a_graph_only_culprit_shows_a_bar_sized_by_its_graph():
+    from memleak.schema import Finding
+
+    graph = Suspect(Kind.RETAINED_GRAPH, "total_loss['box']", 0.0, 4.0, 1.0, ("e",), "f", detectors=("graphs",))
+    other = Suspect(Kind.RETAINED_GRAPH, "total_loss['cls']", 14 * 1024, 400 * 1024, 1.0, ("e",), "f")
+    findings = [Finding("graphs", Kind.RETAINED_GRAPH, "total_loss['box']", 0.0, 4.0, 1.0, ("e",), "f",
+                        data={"nodes_per_step": 12.0}),
+                Finding("culprits", Kind.RETAINED_GRAPH, "total_loss['cls']", 0.0, 4.0, 1.0, ("e",), "f",
+                        data={"steps": [1, 11], "nodes": [18, 138]})]
+    fig = plot_suspects([other, graph], findings)
+    assert len(fig.axes) == 2
+    nodes = fig.axes[1]
+    assert nodes.get_xlabel() == "autograd nodes its graph adds per step"
+    assert sorted(p.get_width() for p in nodes.patches) == [12.0, 12.0]
+    assert "+12.0/step" in texts(fig)

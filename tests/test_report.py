@@ -42,7 +42,7 @@ def test_save_writes_text_json_and_plots(tmp_path):
     report = memleak.analyze(synthetic_run(4 * MIB))
     paths = report.save(tmp_path / "out")
     names = sorted(p.name for p in paths)
-    assert names == ["findings.json", "memory.png", "report.txt", "suspects.png"]
+    assert names == ["findings.json", "memory.png", "report.html", "report.txt", "suspects.png"]
     data = json.loads((tmp_path / "out" / "findings.json").read_text())  # strict JSON: no NaN
     assert data["verdict"] == "leak"
     assert data["suspects"][0]["kind"] == "linear_growth"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
-from ..errors import MemleakError
+from ..errors import MemleakError, UsageError
 from ..schema import LEVELS
 from .args import positive_int
 
@@ -25,7 +26,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     report = run_demo(out=args.out, steps=args.steps, device=args.device, level=args.level)
     print(report)
-    print(f"\nrun file, report.txt, findings.json and plots written to {args.out}/")
+    print(f"\nrun file, report.txt, report.html, findings.json and plots written to {args.out}/")
     return 0
 
 
@@ -38,7 +39,32 @@ def _report(args: argparse.Namespace) -> int:
     if args.output:
         paths = report.save(args.output)
         print(f"\nwritten: {', '.join(str(p) for p in paths)}")
+    page = _write_html(report, args)
+    if page is not None and args.open:
+        import webbrowser
+
+        webbrowser.open(page.resolve().as_uri())
     return 1 if (args.check and report.leak) else 0
+
+
+def _write_html(report, args: argparse.Namespace) -> Path | None:
+    """The page --html asks for; with --open alone, the one -o wrote, else one in a new temporary folder."""
+    if args.html:
+        page = Path(args.html)
+        if page.is_dir():
+            raise UsageError(f"{page}: is a folder; --html takes the path of the page to write")
+    elif args.open and args.output:
+        return Path(args.output) / "report.html"
+    elif args.open:
+        import tempfile
+
+        page = Path(tempfile.mkdtemp(prefix="memleak-")) / "report.html"
+    else:
+        return None
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(report.to_html(), encoding="utf-8")
+    print(f"\nHTML report written to {page}")
+    return page
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,8 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="analyse a run file, a run folder or a PyTorch memory snapshot pickle")
     p.add_argument("path", help="run file (.jsonl), out= folder, or snapshot .pickle")
-    p.add_argument("-o", "--output", help="also write report.txt, findings.json and PNG plots into this folder")
+    p.add_argument(
+        "-o", "--output", help="also write report.txt, report.html, findings.json and PNG plots into this folder"
+    )
     p.add_argument("--check", action="store_true", help="exit with status 1 when the verdict is leak")
+    p.add_argument("--html", metavar="PAGE", help="write the report as one self-contained HTML page (opens offline)")
+    p.add_argument("--open", action="store_true", help="open the HTML page in a web browser")
     p.set_defaults(func=_report)
 
     for module_name, (name, help_) in _EXTERNAL.items():

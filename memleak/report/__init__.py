@@ -56,6 +56,18 @@ class Report:
             return plot_snapshot(self.run)
         return plot_run(self.run, self.growth, self.suspects)
 
+    def to_html(self, include_plotlyjs: bool = True) -> str:
+        """The report as one self-contained HTML page (plotly.js inlined: it opens offline)."""
+        from .html import render_html
+
+        return render_html(self, include_plotlyjs=include_plotlyjs)
+
+    def _repr_html_(self) -> str:
+        """The same content in a notebook cell (plotly.js inlined, so it works offline)."""
+        from .html import render_html
+
+        return render_html(self, full_html=False)
+
     def to_dict(self) -> dict[str, Any]:
         """Everything in the report as JSON-able values (NaN becomes None)."""
         d: dict[str, Any] = {
@@ -74,24 +86,35 @@ class Report:
         return to_jsonable(d)
 
     def save(self, folder: str | Path) -> list[Path]:
-        """Write report.txt, findings.json and the PNG plots into `folder` (and each rank's
-        report.txt under rank{r}/ for a distributed run); return the paths."""
+        """Write report.txt, report.html, findings.json and the PNG plots into `folder` (and each
+        rank's report.txt under rank{r}/ for a distributed run); return the paths."""
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"{folder}: exists and is not a folder; report.save writes its files into a folder")
         folder.mkdir(parents=True, exist_ok=True)
-        written = [folder / "report.txt", folder / "findings.json", folder / "memory.png"]
+        written = [folder / "report.txt", folder / "report.html", folder / "findings.json", folder / "memory.png"]
         written[0].write_text(str(self) + "\n", encoding="utf-8")
-        written[1].write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        self.plot().savefig(written[2], dpi=110, bbox_inches="tight")
-        if self.suspects:
-            from .plots import plot_suspects
-
-            plot_suspects(self.suspects).savefig(folder / "suspects.png", dpi=110, bbox_inches="tight")
-            written.append(folder / "suspects.png")
+        written[1].write_text(self.to_html(), encoding="utf-8")
+        written[2].write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        self.plot().savefig(written[3], dpi=110, bbox_inches="tight")
+        written += self._save_more_plots(folder)
         for rank, rep in self.ranks.items():
             sub = folder / f"rank{rank}"
             sub.mkdir(exist_ok=True)
             (sub / "report.txt").write_text(str(rep) + "\n", encoding="utf-8")
             written.append(sub / "report.txt")
+        return written
+
+    def _save_more_plots(self, folder: Path) -> list[Path]:
+        """suspects.png when there are suspects, holders.png when the run walked holders."""
+        from .plots import plot_holders, plot_suspects
+
+        figs = {"suspects.png": plot_suspects(self.suspects, self.findings) if self.suspects else None}
+        if not self.ranks and hasattr(self.run, "holders"):
+            figs["holders.png"] = plot_holders(self.run, self.suspects)
+        written = []
+        for name, fig in figs.items():
+            if fig is not None:
+                fig.savefig(folder / name, dpi=110, bbox_inches="tight")
+                written.append(folder / name)
         return written

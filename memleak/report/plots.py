@@ -1,38 +1,38 @@
-"""Figures of a run: memory over steps with the growth verdict drawn in, and the suspects.
+"""Figures of a run: memory over steps with the growth verdict drawn in, the top holders over
+steps, and the suspects.
 
 matplotlib is imported inside each function (it is optional), and only through its
 object-oriented API: a `Figure` made here belongs to no pyplot state, is never shown,
-and saves to PNG without a display.
+and saves to PNG without a display. The numbers come from `series.py`, which the HTML
+page draws too.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..run import step_axis
-from ..schema import Shape, Suspect
+from ..schema import Kind, Suspect
+from ..suspects import CULPRITS, EXPLAINED_SHARE, SYMPTOMS
 from ..units import fmt_bytes
+from . import series as S
 
 #: Series drawn in the memory panel: these when present, else the first fallback present.
 MEMORY_SERIES = ("allocated_bytes", "reserved_bytes")
 FALLBACK_SERIES = ("heap_bytes", "tensor_bytes", "rss_bytes")
-LABELS = {
-    "allocated_bytes": "allocated",
-    "reserved_bytes": "reserved",
-    "heap_bytes": "C heap",
-    "tensor_bytes": "live tensors",
-    "rss_bytes": "process RSS",
-}
-#: The OOM projection is drawn to scale only when it lands within this many run lengths.
-MAX_PROJECTION = 4.0
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+LABELS = S.LABELS
+MAX_PROJECTION = S.MAX_PROJECTION
+#: Points of a line drawn in a PNG at most (min and max per bucket, see series.downsample).
+PNG_POINTS = 4000
+#: The legend sits right of the data, never on it.
+OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 8, "frameon": False}
+GROWTH_KINDS = (*SYMPTOMS, Kind.HOST_GROWTH)
 
 
 def plot_run(run, growth=None, suspects=None):
-    """Memory over steps, the fitted trend after the warm-up, the warm-up boundary, and
-    (when leaking) the projection to the capacity; a second panel for fragmentation."""
+    """Memory over steps (the categories and top holders stacked beneath where recorded), the
+    fitted trend after the warm-up, the warm-up boundary, and (when leaking) the projection
+    to the capacity; a second panel for fragmentation."""
     Figure = _figure_class()
     if growth is None:
         from ..detect.growth import analyze_growth
@@ -40,22 +40,34 @@ def plot_run(run, growth=None, suspects=None):
         growth = analyze_growth(run)
     steps = run.steps
     x = step_axis(steps)
-    frag = _fragmentation_series(steps)
-    fig = Figure(figsize=(10, 6.5 if frag else 4.5), layout="constrained")
+    frag = S.fragmentation_lines(steps)
+    fig = Figure(figsize=(11, 6.5 if frag else 4.5), layout="constrained")
     axes = fig.subplots(2 if frag else 1, 1, sharex=True, squeeze=False)[:, 0]
     ax = axes[0]
 
     series = _memory_series(steps, growth)
-    scale, unit = _binary_scale(max((np.nanmax(v) for _, v in series if np.isfinite(v).any()), default=1.0))
+    holders = S.top_holders(run, suspects or ())
+    cx, layers = S.categories(run, holders, _named(suspects)) if len(x) else (np.array([]), [])
+    tops = [np.nanmax(v) for _, v in series if np.isfinite(v).any()]
+    tops += [float(np.sum([v for _, v in layers], axis=0).max())] if layers else []
+    scale, unit = S.binary_scale(max(tops, default=1.0))
+    if layers:
+        colors = S.layer_colors([label for label, _ in layers], holders)
+        ax.stackplot(cx, *[v / scale for _, v in layers], labels=[lb for lb, _ in layers], colors=colors, alpha=0.45)
     for label, values in series:
-        ax.plot(x, values / scale, label=label, linewidth=1.2)
-    if growth is not None and growth.shape not in (Shape.NO_DATA, Shape.TOO_SHORT) and len(x):
-        _draw_growth(ax, x, growth, scale)
+        dx, dy = S.downsample(x, values, PNG_POINTS)
+        ax.plot(dx, dy / scale, label=label, linewidth=1.4, zorder=3)
+    drawn = S.growth_lines(growth, x)
+    if drawn is not None:
+        _draw_growth(ax, drawn, growth, scale)
+    if layers:  # the stack starts at zero: start the axis under what changes instead
+        floor, top = S.stack_floor(layers, [v for _, v in series]) / scale, ax.dataLim.y1
+        ax.set_ylim(floor, top + 0.05 * (top - floor))
     ax.set_ylabel(f"memory ({unit})")
     ax.set_title(_title(growth, suspects), fontsize=10, loc="left")
     ax.grid(True, alpha=0.3)
-    if ax.get_lines():
-        ax.legend(loc="upper left", fontsize=8)
+    if ax.get_lines() or layers:
+        ax.legend(**OUTSIDE)
 
     if frag:
         _draw_fragmentation(axes[1], x, frag)
@@ -63,63 +75,122 @@ def plot_run(run, growth=None, suspects=None):
     return fig
 
 
-def plot_suspects(suspects):
-    """Horizontal bars of total bytes per suspect location, most likely on top, labelled with the kind."""
+def plot_holders(run, suspects=None):
+    """The top holders at each reference walk: bytes, tensors and autograd nodes, one line per
+    holder. None when the run walked no holders."""
+    names = S.top_holders(run, suspects or ())
+    if not names:
+        return None
     Figure = _figure_class()
-    suspects = list(suspects or [])
-    fig = Figure(figsize=(9, 1.2 + 0.45 * max(len(suspects), 1)), layout="constrained")
-    ax = fig.subplots()
+    tables = S.holder_series(run, names)
+    scale, unit = S.binary_scale(max(float(t["bytes"].max()) for t in tables.values()) or 1.0)
+    fig = Figure(figsize=(11, 6.5), layout="constrained")
+    axes = fig.subplots(3, 1, sharex=True)
+    for name, t in tables.items():
+        color = S.holder_color(names, name)
+        for ax, col, div in zip(axes, ("bytes", "count", "nodes"), (scale, 1.0, 1.0), strict=True):
+            ax.plot(t["step"], t[col] / div, marker=".", linewidth=1.3, color=color, label=_short(name))
+    for ax, label in zip(axes, (f"held ({unit})", "tensors", "autograd nodes"), strict=True):
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_title("what each top holder keeps, at each reference walk", fontsize=10, loc="left")
+    axes[0].legend(**OUTSIDE)
+    axes[-1].set_xlabel("step")
+    return fig
+
+
+def plot_suspects(suspects, findings=None):
+    """Horizontal bars of total bytes per suspect location, most likely on top, labelled with
+    the kind. Growth a culprit explains is no bar of its own (it is that culprit's symptom); a
+    growth nobody explains is drawn grey, as a symptom. When `findings` measured growing
+    autograd graphs, a second panel shows the nodes each suspect's graph adds per step: the
+    evidence of a retained graph whose own tensors weigh next to nothing."""
+    Figure = _figure_class()
+    suspects = shown_suspects(suspects or [])
+    nodes = S.graph_growth(findings)
+    per_step = [nodes.get(s.location, 0.0) for s in suspects]
+    two = any(per_step)
+    fig = Figure(figsize=(11 if two else 9, 1.2 + 0.45 * max(len(suspects), 1)), layout="constrained")
+    axes = fig.subplots(1, 2 if two else 1, sharey=True, squeeze=False, width_ratios=[3, 2] if two else [1])[0]
+    ax = axes[0]
     if not suspects:
         ax.text(0.5, 0.5, "no suspects", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
     totals = np.array([max(float(s.total_bytes or 0.0), 0.0) for s in suspects])
-    scale, unit = _binary_scale(totals.max() if totals.size else 1.0)
+    scale, unit = S.binary_scale(totals.max() if totals.size else 1.0)
     rows = np.arange(len(suspects))[::-1]  # the first suspect on top
     bars = ax.barh(rows, totals / scale, color=[_kind_color(s) for s in suspects])
     ax.set_yticks(rows, [_short(s.location) for s in suspects], fontsize=8)
     for bar, s in zip(bars, suspects, strict=True):
-        ax.annotate(
-            f" {s.kind.value}, {s.confidence:.0%}",
-            (bar.get_width(), bar.get_y() + bar.get_height() / 2),
-            va="center",
-            fontsize=8,
-        )
+        text = f" {s.kind.value}{' (symptom)' if s.kind in GROWTH_KINDS else ''}, {s.confidence:.0%}"
+        ax.annotate(text, (bar.get_width(), bar.get_y() + bar.get_height() / 2), va="center", fontsize=8)
     ax.set_xlabel(f"total ({unit})")
     ax.set_title("suspects: memory each holds or adds over the run", fontsize=10, loc="left")
     ax.margins(x=0.3)
     ax.grid(True, axis="x", alpha=0.3)
+    if two:
+        _draw_graph_growth(axes[1], rows, per_step)
     return fig
 
 
+def shown_suspects(suspects) -> list[Suspect]:
+    """The suspects drawn as causes: a growth suspect (a symptom: memory grows) is left out when
+    the leaking culprits explain it, by the rule `suspects.rank` folds symptoms with."""
+    culprits = [s for s in suspects if s.leak and s.kind in CULPRITS]
+    explained = sum(max(0.0, c.bytes_per_step) for c in culprits)
+    graphs = any(c.kind == Kind.RETAINED_GRAPH for c in culprits)
+
+    def symptom_explained(s: Suspect) -> bool:
+        only_growth = s.kind in GROWTH_KINDS and set(s.detectors) <= {"growth"}
+        return bool(culprits) and only_growth and (graphs or explained >= EXPLAINED_SHARE * s.bytes_per_step)
+
+    return [s for s in suspects if not symptom_explained(s)]
+
+
+def _draw_graph_growth(ax, rows, per_step) -> None:
+    bars = ax.barh(rows, per_step, color="tab:purple", alpha=0.7)
+    for bar, v in zip(bars, per_step, strict=True):
+        if v:
+            ax.annotate(
+                f" +{v:,.1f}/step", (bar.get_width(), bar.get_y() + bar.get_height() / 2), va="center", fontsize=8
+            )
+    ax.set_xlabel("autograd nodes its graph adds per step")
+    ax.set_title("retained graphs", fontsize=10, loc="left")
+    ax.margins(x=0.3)
+    ax.grid(True, axis="x", alpha=0.3)
+
+
 def plot_ranks(report):
-    """Each rank's memory over steps, leaking ranks drawn thicker."""
+    """Each rank's memory over steps, leaking or diverging ranks drawn thicker."""
     Figure = _figure_class()
     run = report.run
     fig = Figure(figsize=(9, 4.5), layout="constrained")
     ax = fig.subplots()
     cols = {run.ranks[r].memory_column() for r in report.ranks} - {None}
     col = next(iter(cols)) if len(cols) == 1 else None
+    diverging = S.diverging(report.divergences)
     for rank, rep in report.ranks.items():
         c = col or run.ranks[rank].memory_column()
         if c is None:
             continue
         steps = run.ranks[rank].steps
-        x, y = step_axis(steps), np.asarray(steps[c], dtype=float)
-        if len(y) > 4000:  # a long run: every k-th point is plenty for a picture
-            x, y = x[:: len(y) // 4000], y[:: len(y) // 4000]
+        x, y = S.downsample(step_axis(steps), steps[c], PNG_POINTS)
         ax.plot(
             x,
             y / 2**20,
-            lw=2.0 if rep.leak else 1.0,
-            label=f"rank {rank}: {rep.verdict.value}" + ("" if col else f" ({c})"),
+            lw=2.0 if rep.leak or rank in diverging else 1.0,
+            label=f"rank {rank}: {rep.verdict.value}"
+            + (f", {diverging[rank]}" if rank in diverging else "")
+            + ("" if col else f" ({c})"),
         )
     ax.set_xlabel("step")
     ax.set_ylabel(f"{col or 'memory'} (MiB)")
     ax.set_title(f"memory per rank: {report.verdict.value}", fontsize=10, loc="left")
     ax.grid(True, alpha=0.3)
     if ax.get_lines():
-        ax.legend(loc="best", fontsize="small")
+        ax.legend(**OUTSIDE)
     return fig
 
 
@@ -150,7 +221,7 @@ def plot_snapshot(snap):
     ax.set_yticks(rows, [f"cuda:{r.device} {r.pool}" for r in frag.itertuples()], fontsize=8)
     ax.set_xlabel(f"reserved ({unit})")
     ax.set_title("caching allocator by pool", fontsize=10, loc="left")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(**OUTSIDE)
     ax.grid(True, axis="x", alpha=0.3)
     return fig
 
@@ -166,70 +237,36 @@ def _figure_class():
     return Figure
 
 
-def _column(steps, name) -> np.ndarray | None:
-    if name not in steps:
-        return None
-    v = np.asarray(steps[name], dtype=float)
-    return v if np.isfinite(v).any() else None
-
-
 def _memory_series(steps, growth) -> list[tuple[str, np.ndarray]]:
     """Allocated and reserved when present, else the census or RSS; always the analysed column."""
-    names = [n for n in MEMORY_SERIES if _column(steps, n) is not None]
-    names = names or [n for n in FALLBACK_SERIES if _column(steps, n) is not None][:1]
+    names = [n for n in MEMORY_SERIES if S.column(steps, n) is not None]
+    names = names or [n for n in FALLBACK_SERIES if S.column(steps, n) is not None][:1]
     analysed = growth.column if growth is not None else None
-    if analysed and analysed not in names and _column(steps, analysed) is not None:
+    if analysed and analysed not in names and S.column(steps, analysed) is not None:
         names.append(analysed)
-    return [(LABELS.get(n, n), v) for n in names if (v := _column(steps, n)) is not None]
+    return [(LABELS.get(n, n), v) for n in names if (v := S.column(steps, n)) is not None]
 
 
-def _fragmentation_series(steps) -> list[tuple[str, np.ndarray]]:
-    out = []
-    split = _column(steps, "inactive_split_bytes")
-    if split is not None:
-        out.append(("inactive split", split))
-    reserved, allocated = _column(steps, "reserved_bytes"), _column(steps, "allocated_bytes")
-    if reserved is not None and allocated is not None:
-        out.append(("reserved - allocated", reserved - allocated))
-    return out
-
-
-def _draw_growth(ax, x, growth, scale) -> None:
-    """The Theil-Sen line over the analysed steps, the warm-up boundary, and the OOM projection."""
-    start = min(growth.warmup_steps, len(x) - 1)
-    x0, x1 = x[start], x[-1]
-    fit = np.array([x0, x1])
+def _draw_growth(ax, drawn: dict, growth, scale: float) -> None:
+    """The Theil-Sen line over the analysed steps, thin, dashed and beneath the data; the
+    warm-up boundary; the OOM projection (see series.growth_lines)."""
+    fx, fy = drawn["fit"]
     trend_label = f"Theil-Sen trend ({fmt_bytes(growth.slope, signed=True)}/step)"
-    ax.plot(
-        fit, (growth.intercept + growth.slope * fit) / scale, color="black", linewidth=1.2, alpha=0.8, label=trend_label
-    )
-    if growth.warmup_steps > 0:
+    style = {"color": "black", "linewidth": 1.0, "alpha": 0.6, "zorder": 2}
+    ax.plot(fx, fy / scale, linestyle=(0, (5, 3)), label=trend_label, **style)
+    if drawn["warmup"] is not None:
+        x0 = drawn["warmup"]
         ax.axvline(x0, color="grey", linestyle=":", linewidth=1.2, label=f"end of warm-up (step {x0:.0f})")
-    if not growth.leak or growth.steps_to_full is None or not math.isfinite(growth.steps_to_full):
+    if drawn["ahead"] is None:
         return
-    oom = x1 + growth.steps_to_full
-    span = max(x1 - x[0], 1.0)
-    to_scale = oom - x1 <= MAX_PROJECTION * span
-    # to scale, a far-off OOM would squash the run into a sliver: then extend a little and say where
-    ahead = np.array([x1, oom]) if to_scale else np.array([x1, x1 + 0.25 * span])
-    ax.plot(
-        ahead,
-        (growth.intercept + growth.slope * ahead) / scale,
-        color="black",
-        linestyle="--",
-        linewidth=1.2,
-        label="projection",
-    )
-    if to_scale:
-        ax.axhline(
-            growth.capacity_bytes / scale,
-            color="red",
-            linewidth=1.0,
-            label=f"capacity ({fmt_bytes(growth.capacity_bytes)})",
-        )
+    ax_, ay = drawn["ahead"]
+    ax.plot(ax_, ay / scale, linestyle=(0, (1, 2)), label="projection", **style)
+    oom, capacity = drawn["oom"], drawn["capacity"]
+    if drawn["to_scale"]:
+        ax.axhline(capacity / scale, color="red", linewidth=1.0, label=f"capacity ({fmt_bytes(capacity)})")
         ax.annotate(
             f"projected OOM at step {oom:,.0f}",
-            (oom, growth.capacity_bytes / scale),
+            (oom, capacity / scale),
             xytext=(-8, -14),
             textcoords="offset points",
             ha="right",
@@ -237,24 +274,26 @@ def _draw_growth(ax, x, growth, scale) -> None:
             color="red",
         )
     else:
-        ax.text(
-            0.99,
-            0.04,
-            f"projected OOM at step {oom:,.0f} (capacity {fmt_bytes(growth.capacity_bytes)})",
+        ax.text(  # beside the data, under the legend
+            1.02,
+            0.0,
+            f"projected OOM at step {oom:,.0f}\n(capacity {fmt_bytes(capacity)})",
             transform=ax.transAxes,
-            ha="right",
+            ha="left",
+            va="bottom",
             fontsize=8,
             color="red",
         )
 
 
 def _draw_fragmentation(ax, x, series) -> None:
-    scale, unit = _binary_scale(max((np.nanmax(v) for _, v in series if np.isfinite(v).any()), default=1.0))
+    scale, unit = S.binary_scale(max((np.nanmax(v) for _, v in series if np.isfinite(v).any()), default=1.0))
     for label, values in series:
-        ax.plot(x, values / scale, label=label, linewidth=1.0)
+        dx, dy = S.downsample(x, values, PNG_POINTS)
+        ax.plot(dx, dy / scale, label=label, linewidth=1.0)
     ax.set_ylabel(f"cached, not in use ({unit})")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(**OUTSIDE)
 
 
 def _title(growth, suspects) -> str:
@@ -267,12 +306,7 @@ def _title(growth, suspects) -> str:
     return "; ".join(parts)
 
 
-def _binary_scale(largest: float) -> tuple[float, str]:
-    """The binary unit that shows `largest` as a number below 1024."""
-    exponent = 0
-    while exponent < len(_UNITS) - 1 and abs(largest) >= 1024 ** (exponent + 1):
-        exponent += 1
-    return float(1024**exponent), _UNITS[exponent]
+_binary_scale = S.binary_scale
 
 
 def _short(text: str, width: int = 40) -> str:
@@ -280,4 +314,10 @@ def _short(text: str, width: int = 40) -> str:
 
 
 def _kind_color(s: Suspect) -> str:
+    if s.kind in GROWTH_KINDS:
+        return "tab:gray"
     return "tab:red" if s.leak else "tab:blue"
+
+
+def _named(suspects) -> tuple[str, ...]:
+    return tuple(s.location for s in suspects or ())
