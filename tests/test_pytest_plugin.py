@@ -1,4 +1,5 @@
 """The pytest plugin, run through pytester: a leaking step fails with its suspect, the fixed one passes."""
+import os
 import subprocess
 import sys
 
@@ -42,31 +43,61 @@ def run(pytester, source, *args):
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
 
-def test_leaking_step_fails_with_the_suspect(pytester):
-    result = run(pytester, STEP_TEST.format(kept="out"))
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
-    assert "memory leak:" in out and "per step over 40 steps" in out
-    assert "top suspects:" in out
-    assert "LEAK" in out
+def _three_steps() -> str:
+    """One test file with a leaking step, the fixed step and a leak below its max_growth."""
+    leaking = STEP_TEST.format(kept="out").replace("def test_train_step(", "def test_leaking(")
+    fixed = STEP_TEST.format(kept="loss.item()").replace("def test_train_step(", "def test_fixed(")
+    tolerated = (
+        STEP_TEST.format(kept="out")
+        .replace("def test_train_step(", "def test_tolerated(")
+        .replace("@pytest.mark.memleak(steps=40)", '@pytest.mark.memleak(steps=40, max_growth="1 GiB/step")')
+        .replace('assert report.verdict.value in ("clean", "inconclusive")', "assert report.leak")
+    )
+    return leaking + fixed + tolerated
+
+
+@pytest.fixture(scope="module")
+def three_steps(tmp_path_factory):
+    """The three steps in one pytest subprocess (each new interpreter pays for importing torch)."""
+    folder = tmp_path_factory.mktemp("plugin")
+    (folder / "test_steps.py").write_text(_three_steps())
+    out = folder / "runs"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--memleak-out={out}", "test_steps.py"],
+        cwd=folder, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    return result.stdout, out
+
+
+def _section(out: str, test: str) -> str:
+    """The failure text pytest printed for `test`."""
+    start = out.index(f"_ {test} _")
+    end = out.find("\n___", start + 1)
+    return out[start:] if end < 0 else out[start:end]
+
+
+def test_leaking_step_fails_with_the_suspect(three_steps):
+    out, _ = three_steps
+    assert "FAILED test_steps.py::test_leaking" in out, out
+    text = _section(out, "test_leaking")
+    assert "memory leak:" in text and "per step over 40 steps" in text
+    assert "top suspects:" in text
+    assert "LEAK" in text
     # the top suspect is the list that keeps every step's output (and its graph) alive
-    top = next(line for line in out.splitlines() if line.startswith("1. "))
-    assert "history" in top, out
-    assert "fix:" in out
-    assert "Traceback" not in out  # the failure text is the report, not a stack trace
+    top = next(line for line in text.splitlines() if line.startswith("1. "))
+    assert "history" in top, text
+    assert "fix:" in text
+    assert "Traceback" not in text  # the failure text is the report, not a stack trace
 
 
-def test_fixed_step_passes(pytester):
-    result = run(pytester, STEP_TEST.format(kept="loss.item()"))
-    result.assert_outcomes(passed=1)
+def test_fixed_step_passes(three_steps):
+    out, _ = three_steps
+    assert "PASSED test_steps.py::test_fixed" in out, out
 
 
-def test_max_growth_tolerates_a_leak_below_the_limit(pytester):
-    source = STEP_TEST.format(kept="out").replace("@pytest.mark.memleak(steps=40)",
-                                              '@pytest.mark.memleak(steps=40, max_growth="1 GiB/step")')
-    source = source.replace('assert report.verdict.value in ("clean", "inconclusive")', "assert report.leak")
-    result = run(pytester, source)
-    result.assert_outcomes(passed=1)
+def test_max_growth_tolerates_a_leak_below_the_limit(three_steps):
+    out, _ = three_steps
+    assert "PASSED test_steps.py::test_tolerated" in out, out
 
 
 def test_marked_test_that_never_calls_the_fixture_errors(pytester):
@@ -93,14 +124,14 @@ def test_bad(memleak_check):
     assert "cannot read 'lots' as a size" in result.stdout.str()
 
 
-def test_memleak_out_keeps_the_run_and_report(pytester, tmp_path):
-    out = tmp_path / "runs"
-    result = run(pytester, STEP_TEST.format(kept="loss.item()"), f"--memleak-out={out}", "--memleak-steps=12")
-    result.assert_outcomes(passed=1)
-    (folder,) = list(out.iterdir())
-    assert "test_train_step" in folder.name
-    names = {p.name for p in folder.iterdir()}
-    assert {"run.jsonl", "report.txt", "findings.json"} <= names
+def test_memleak_out_keeps_the_run_and_report(three_steps):
+    _, out = three_steps
+    folders = {p.name: p for p in out.iterdir()}
+    for test in ("test_leaking", "test_fixed", "test_tolerated"):  # one folder per test, named by its id
+        assert sum(test in name for name in folders) == 1, list(folders)
+    for folder in folders.values():
+        names = {p.name for p in folder.iterdir()}
+        assert {"run.jsonl", "report.txt", "findings.json"} <= names, names
 
 
 def test_plugin_imports_without_torch():
