@@ -78,6 +78,7 @@ class Tracker:
         self._state = "new"
         self._probes: list[Probe] = []
         self._hooks: list[Any] = []
+        self._held_records: list[tuple[str, dict[str, Any]]] | None = []  # probe records before the header
         self._manual = False
         self._last_boundary_by_optimizer = False
         self._step = 0
@@ -125,6 +126,9 @@ class Tracker:
         meta["probes"] = [p.name for p in self._probes]
         self.sink.header(meta)
         self.meta = meta
+        held, self._held_records = self._held_records, None
+        for type_, body in held or ():  # what probes emitted while starting follows the header
+            self.sink.record(type_, body)
         for name, why in skipped:
             log.info("memleak: %s probe skipped: %s", name, why)
             self.sink.event("probe_skipped", probe=name, reason=why)
@@ -145,13 +149,12 @@ class Tracker:
     def _start_probes(self, meta: dict[str, Any]) -> list[tuple[str, str]]:
         """Start the level's probes, their header fields into `meta`; those unavailable here
         are stopped again and returned as (name, why)."""
-        sink = self._started_sink()
         ctx = ProbeContext(
             device=self.device,
             level=self.level,
             model_ref=self._model_ref,
             optimizer_ref=self._optimizer_ref,
-            emit=sink.record,
+            emit=self._emit_record,
             options={"census_budget": self._census_budget},
         )
         skipped: list[tuple[str, str]] = []
@@ -164,6 +167,13 @@ class Tracker:
                 continue
             self._probes.append(probe)
         return skipped
+
+    def _emit_record(self, type_: str, body: dict[str, Any]) -> None:
+        """A probe's record; held until the header is written (a run file starts with its header)."""
+        if self._held_records is not None:
+            self._held_records.append((type_, body))
+        else:
+            self._started_sink().record(type_, body)
 
     def _start_history(self) -> None:
         """Turn on the allocator's memory history (for the snapshots at an OOM or a leak)."""
