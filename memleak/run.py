@@ -126,6 +126,7 @@ class Run:
 
     @property
     def device(self) -> str:
+        """The tracked device, as torch names it ("cuda:0", "cpu")."""
         return str(self.meta.get("device", "cpu"))
 
     def __len__(self) -> int:
@@ -195,14 +196,17 @@ class MultiRun:
 
     @property
     def events(self) -> list[dict]:
+        """Every rank's events, each with its rank."""
         return [{"rank": rank, **e} for rank, run in self.ranks.items() for e in run.events]
 
     @property
     def truncated(self) -> bool:
+        """Whether any rank's run file was cut short."""
         return any(run.truncated for run in self.ranks.values())
 
     @property
     def device(self) -> str:
+        """The tracked device of the first rank."""
         return str(self.meta.get("device", "cpu"))
 
     @property

@@ -175,6 +175,7 @@ class Divergence:
     evidence: str
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values."""
         return {"rank": self.rank, "kind": self.kind.value, "bytes": self.bytes, "evidence": self.evidence}
 
 
@@ -200,6 +201,7 @@ class Finding:
     data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values, as findings.json holds them."""
         d = asdict(self)
         d["kind"] = self.kind.value
         d["evidence"] = list(self.evidence)
@@ -221,6 +223,7 @@ class Suspect:
     detectors: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values, as findings.json holds them."""
         d = asdict(self)
         d["kind"] = self.kind.value
         d["evidence"] = list(self.evidence)

@@ -44,6 +44,7 @@ class Headroom:
 
     @property
     def effective_batch(self) -> int | None:
+        """The batch reached with gradient accumulation, when a target batch was given."""
         if self.accumulation_steps is None or self.micro_batch is None:
             return None
         return self.accumulation_steps * self.micro_batch
@@ -54,6 +55,7 @@ class Headroom:
         return self.capacity / (1.0 + self.margin)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values, as `memleak headroom --json` prints them."""
         return {
             "peaks": {str(k): v for k, v in self.peaks.items()},
             "intercept": self.intercept,

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 from ..errors import RunFileError
+from ..run import MultiRun, Run
+from ..snapshot import Snapshot
 from .codec import PICKLE_SUFFIXES, RUN_SUFFIX
 from .ranks import load_ranks
 from .reader import read_run_file
@@ -27,7 +29,7 @@ def is_pickle(path: Path) -> bool:
         return False
 
 
-def load(path: str | os.PathLike, errors: str = "raise"):
+def load(path: str | os.PathLike, errors: str = "raise") -> Run | MultiRun | Snapshot:
     """Open a recorded run (a run file, or a folder holding one) or a PyTorch memory snapshot pickle.
 
     Returns a `Run`, or a `Snapshot` for a pickle written by

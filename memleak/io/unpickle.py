@@ -9,10 +9,13 @@ import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RunFileError
 from ..snapshot import NotASnapshot, Snapshot
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class _Refused(Exception):
@@ -134,7 +137,7 @@ def as_snapshot(s: Snapshot | str | os.PathLike) -> Snapshot:
     return s if isinstance(s, Snapshot) else load_snapshot(s)
 
 
-def diff(a: Snapshot | str | os.PathLike, b: Snapshot | str | os.PathLike):
+def diff(a: Snapshot | str | os.PathLike, b: Snapshot | str | os.PathLike) -> pd.DataFrame:
     """`memleak.diff`: allocations alive in snapshot `b` that were not alive in `a`, grouped by
     top user frame (see `memleak.snapshot.diff`); each may be a Snapshot or a pickle's path."""
     from ..snapshot import diff as diff_snapshots

@@ -22,6 +22,8 @@ from .runinfo import base_meta, run_file_path
 
 if TYPE_CHECKING:
     from ..detect.growth import Growth
+    from ..report import Report
+    from ..run import Run
 
 log = logging.getLogger("memleak")
 
@@ -103,6 +105,7 @@ class Tracker:
         return False  # never swallow the loop's exception
 
     def start(self) -> Tracker:
+        """Start tracking (``with`` does it): probes, hooks, the run file; returns the tracker."""
         if self._state != "new":
             raise UsageError("this tracker was already started; create a new one for another run")
         self._state = "running"
@@ -211,6 +214,7 @@ class Tracker:
 
     @property
     def active(self) -> bool:
+        """Whether the tracker is running (started and not closed)."""
         return self._state == "running"
 
     def _started_sink(self) -> RecordSink:
@@ -326,7 +330,7 @@ class Tracker:
             self._started_sink().event("snapshot", path=target.name, step=self._step)
 
     # ------------------------------------------------------------ results
-    def run(self):
+    def run(self) -> Run:
         """The run recorded so far, as a `memleak.Run`."""
         if self.sink is None:
             raise UsageError("nothing was recorded: the tracker was never started")
@@ -334,7 +338,7 @@ class Tracker:
             return read_run_file(self.sink.path)
         return run_from_records(self.sink.records)
 
-    def report(self):
+    def report(self) -> Report:
         """Analyse what was recorded so far; see `memleak.analyze`."""
         from ..analysis import analyze
 

@@ -12,7 +12,7 @@ from ..probes import is_oom
 from .tracker import Tracker
 
 
-def watch(model: Any = None, **options: Any):
+def watch(model: Any = None, **options: Any) -> Callable:
     """Decorator: each call of the decorated function is one iteration.
 
     ``@memleak.watch(model)`` or bare ``@memleak.watch``. The tracker starts on

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..schema import Divergence, Finding, Suspect, Verdict, to_jsonable
 from .text import render
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -43,9 +46,10 @@ class Report:
 
     @property
     def leak(self) -> bool:
+        """Whether the verdict is a leak."""
         return self.verdict == Verdict.LEAK
 
-    def plot(self):
+    def plot(self) -> Figure:
         """A matplotlib Figure: memory over steps with the trend and the OOM projection (each
         rank's memory for a distributed run; the cache by pool for a snapshot). Never shows it."""
         from .plots import plot_ranks, plot_run, plot_snapshot
