@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -259,7 +258,7 @@ def test_downsampling_leaves_short_series_and_drops_missing_samples():
     assert list(dx) == [0, 2, 4] and list(dy) == [1, 3, 5]
 
 
-def test_a_million_steps_make_a_small_page_quickly():
+def test_a_million_steps_make_a_small_page():
     n = 1_000_000
     i = np.arange(n)
     alloc = 2e9 + 1000.0 * i + np.random.default_rng(0).normal(0, 1e6, n)
@@ -271,11 +270,8 @@ def test_a_million_steps_make_a_small_page_quickly():
     run = Run({"device": "cuda:0", "device_total_bytes": 80 * GIB}, steps, records={"holders": holders})
     report = memleak.analyze(run)
     memleak.analyze(Run({"device": "cpu"}, steps.head(50))).to_html()  # plotly imported and warm
-    t0 = time.perf_counter()
-    page = report.to_html()
-    seconds = time.perf_counter() - t0
+    page = report.to_html()  # its build time is measured in benchmarks/html_report.py, not here
     assert len(page) < 10e6, f"{len(page) / 1e6:.1f} MB"
-    assert seconds < 5, f"{seconds:.1f} s"
     x, y = trace(page, "allocated")
     assert 500_001 in x and y.max() == pytest.approx(alloc.max() / GIB)  # the spike is among the points drawn
     assert len(x) <= MAX_POINTS + 2
