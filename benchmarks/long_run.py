@@ -82,7 +82,7 @@ def write_synthetic_run(path: Path, steps: int, leak_per_step: int = 40 * 1024, 
 
     series = synthetic_steps(steps, leak_per_step, seed)
     t0 = time.perf_counter()
-    w = RunWriter(path)
+    w = RunWriter(path, overwrite=True)  # --keep: replace the run an earlier benchmark left there
     w.header(HEADER)
     for values in series:
         w.step(values)

@@ -94,7 +94,7 @@ class MemleakWriter:
     """Today's format: memleak.storage.RunWriter (its code is counted, not this wrapper)."""
 
     def __init__(self, path: Path):
-        self._w = RunWriter(path)
+        self._w = RunWriter(path, overwrite=True)  # its own scratch file, written again on each repeat
         self._w.header(HEADER)
         self.step = self._w.step
         self.close = self._w.close

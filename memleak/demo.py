@@ -48,7 +48,22 @@ def run_demo(out: str | Path = "memleak-demo", steps: int = 60, device: str | No
 
     dev = parse_device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(out)
-    tracker = leaky_training(steps, dev, {"out": out, "level": level})
+    own = _earlier_demo_run(out)  # replaced: a demo never makes a folder of demo runs
+    tracker = leaky_training(steps, dev, {"out": own or out, "level": level, "overwrite": own is not None})
     report = tracker.report()
     report.save(out)
     return report
+
+
+def _earlier_demo_run(out: Path) -> Path | None:
+    """The run file in `out` that an earlier demo recorded (its model is the demo's), if any. A
+    demo replaces only that one: another run or file in `out` makes it write beside them."""
+    from .io.runfiles import read_header, run_number
+    from .recorder.runinfo import run_file_path
+
+    base = run_file_path(out)
+    for f in sorted(base.parent.glob(f"{base.stem}*{base.suffix}"), key=run_number):
+        header = read_header(f)
+        if header is not None and header.get("model") == TinyClassifier.__name__:
+            return f
+    return None

@@ -12,6 +12,7 @@ from ..snapshot import Snapshot
 from .codec import PICKLE_SUFFIXES, RUN_SUFFIX
 from .ranks import load_ranks
 from .reader import read_run_file
+from .runfiles import newest_run
 from .unpickle import load_snapshot
 
 
@@ -34,7 +35,8 @@ def load(path: str | os.PathLike, errors: str = "raise") -> Run | MultiRun | Sna
 
     Returns a `Run`, or a `Snapshot` for a pickle written by
     ``torch.cuda.memory._dump_snapshot``. A folder with one run file per rank
-    is merged into a multi-rank run.
+    is merged into a multi-rank run. A folder holding several runs (run.jsonl,
+    run-2.jsonl, ...) gives the newest, with a problem line that says so.
     """
     p = Path(path)
     try:
@@ -50,9 +52,11 @@ def load(path: str | os.PathLike, errors: str = "raise") -> Run | MultiRun | Sna
             raise RunFileError(
                 p, f"the folder holds no run file (*{RUN_SUFFIX}); pass the out= folder of a tracked run"
             )
-        if len(files) == 1:
-            return read_run_file(files[0], errors=errors)
-        return load_ranks(files, errors=errors)
+        files, note = newest_run(files)
+        run = read_run_file(files[0], errors=errors) if len(files) == 1 else load_ranks(files, errors=errors)
+        if note is not None:
+            run.problems.append(note)
+        return run
     if is_pickle(p):
         return load_snapshot(p)
     return read_run_file(p, errors=errors)

@@ -19,6 +19,7 @@ from ..errors import RunFileError, UsageError
 from ..run import Run
 from ..schema import EVENT, HEADER, SCHEMA_VERSION, STEP
 from .codec import LAYOUT, MASK_BITS, Layout
+from .runfiles import second_writer, steps_in_order
 
 
 def run_from_records(
@@ -107,6 +108,11 @@ def decode_lines(path: Path, split: tuple[list[bytes], bool], errors: str) -> tu
         if not seen_header:
             _check_header(path, rec)
             seen_header = True
+        elif (mixed := second_writer(n, rec, last)) is not None:
+            if errors == "raise":
+                raise RunFileError(path, mixed + "; memleak.load(path, errors='skip') reads the records before it")
+            problems.append(f"{path.name}: {mixed}; the {len(records)} records before it were read")
+            break
         if rec.get("type") == STEP:
             last.update(rec)
         records.append(rec)
@@ -347,7 +353,7 @@ def read_run_file(path: str | os.PathLike, errors: str = "raise") -> Run:
     if not data[:4096].strip() and not data.strip():
         raise RunFileError(path, "the file is empty: no run was recorded in it")
     run = read_fast(path, data)
-    if run is not None:
+    if run is not None and steps_in_order(run.steps):
         return run
     records, truncated, problems = decode_lines(path, split_lines(data), errors)
     return run_from_records(records, path=str(path), truncated=truncated, problems=problems)

@@ -1,16 +1,27 @@
-"""Writing run files: a header, then records appended and flushed one by one, so a run
-killed mid-way (an OOM, kill -9) loads up to its last whole record. No pickle is ever written."""
+"""Writing run files: a header, then records appended and written out one by one, so a run
+killed mid-way (an OOM, kill -9) loads up to its last whole record. No pickle is ever written,
+no file is ever replaced, and an I/O error stops the recording, never the training."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from ..run import Run
 from ..schema import EVENT, HEADER, SCHEMA_VERSION, STEP
 from .codec import EXACT_INT, LAYOUT, MASK_BITS, MISSING, SIG_DIGITS, as_number, n_masks, prepare, round_sig
-from .reader import decode_lines, split_lines
+from .reader import decode_lines, read_run_file, run_from_records, split_lines
+from .runfiles import create_run_file
+
+log = logging.getLogger("memleak")
+
+#: Records kept in memory after the file could not be written (a bound on memleak's own memory).
+MEMORY_RECORDS = 200_000
 
 
 def _as_numbers(values: dict[str, Any]) -> list[tuple[str, Any]] | None:
@@ -71,37 +82,65 @@ class RecordSink:
 
 
 class RunWriter(RecordSink):
-    """Appends each record to a JSON Lines file and flushes it at once.
+    """Appends each record to a JSON Lines file, written out at once (unbuffered).
 
-    It keeps no records in memory (a long run would grow): `records` reads
-    them back from the file.
+    It keeps no records in memory (a long run would grow) while the file can be written.
+    A new run never replaces a file: see `create_run_file` (``path`` is the one used). An
+    I/O error (a full disk, a read-only folder) never reaches the training loop: writing
+    stops, one warning names the file and the error, the file is left ending at its last
+    whole record, and the rest of the run is kept in memory (up to `MEMORY_RECORDS`).
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         super().__init__()
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = open(self.path, "w", encoding="utf-8")
+        self.has_file = False  # whether a run file was created (the rest may be in memory)
+        self.stopped: str | None = None  # why writing stopped, said in the run's problems
+        self._dropped = 0
+        self._closed = False
+        self._fh: Any = None
         self._columns: list[str] = []
         self._index: dict[str, int] = {}
         self._floats: set[str] = set()
         self._layout_written = False
+        try:
+            self.path, self._fh = create_run_file(self.path, overwrite)
+            self.has_file = True
+        except OSError as e:
+            self._stop(e, None)
 
     @property
     def records(self) -> list[dict]:
-        if self._fh is not None:
-            self._fh.flush()
+        """The file's records, then those kept in memory after writing stopped."""
+        if not self.has_file:
+            return self._records
         records, _, _ = decode_lines(self.path, split_lines(self.path.read_bytes()), errors="skip")
-        return records
+        return records + self._records
+
+    def read(self) -> Run:
+        """The run recorded so far: the file, and what memory kept after writing stopped."""
+        if self.stopped is None:
+            return read_run_file(self.path)
+        problem = self.stopped
+        if self._dropped:
+            problem += f"; the last {self._dropped} records were not kept (memory is bounded)"
+        return run_from_records(self.records, path=str(self.path) if self.has_file else None, problems=[problem])
 
     def step(self, values: dict[str, Any]) -> None:
         """One iteration's values, written as a change mask and the values that changed."""
-        items = _as_numbers(values)
-        if items is None:  # a value that is no number: the step goes out as a plain record
-            self._plain_step(values)
-            return
-        self._grow_layout(items)
-        self._write(self._encode(items))
+        if self._fh is not None:
+            items = _as_numbers(values)
+            if items is None:  # a value that is no number: the step goes out as a plain record
+                self._plain_step(values)
+                return
+            try:
+                self._grow_layout(items)
+                self._put(self._encode(items))
+                return
+            except OSError as e:
+                self._stop(e, values.get("step"))
+            self._last_step = {}  # the records kept in memory start with a whole step
+        RecordSink.step(self, values)
 
     def _grow_layout(self, items: list[tuple[str, Any]]) -> None:
         """Add the step's new columns (and ints that became floats) to the layout, and write the
@@ -118,9 +157,8 @@ class RunWriter(RecordSink):
                 grew = True
         if grew or not self._layout_written:
             self._layout_written = True
-            self._emit(
-                {"type": LAYOUT, "columns": list(self._columns), "floats": [c for c in self._columns if c in floats]}
-            )
+            layout = {"type": LAYOUT, "columns": self._columns, "floats": [c for c in self._columns if c in floats]}
+            self._put(json.dumps(layout, separators=(",", ":")))  # raises: step() handles an I/O error
 
     def _encode(self, items: list[tuple[str, Any]]) -> str:
         """The step array: the change mask(s), then the values that changed, in column order."""
@@ -164,15 +202,74 @@ class RunWriter(RecordSink):
         self._emit({"type": STEP, **delta})
 
     def _emit(self, rec: dict) -> None:
-        self._write(json.dumps(rec, separators=(",", ":"), default=str))
-
-    def _write(self, line: str) -> None:
-        if self._fh is None:
+        if self._fh is not None:
+            try:
+                self._put(json.dumps(rec, separators=(",", ":"), default=str))
+                return
+            except OSError as e:
+                last = self._last_step.get("step")
+                self._stop(e, None if last is None else last + 1)
+        if self._closed:
             return
-        self._fh.write(line + "\n")
-        self._fh.flush()
+        if len(self._records) < MEMORY_RECORDS:
+            self._records.append(rec)
+        else:
+            self._dropped += 1
+
+    def _put(self, line: str) -> None:
+        """Write one line; OSError when it cannot be (then no part of it stays in the file)."""
+        data = (line + "\n").encode()
+        n = self._fh.write(data)
+        if n != len(data):
+            self._put_rest(data, n or 0)
+
+    def _put_rest(self, data: bytes, n: int) -> None:
+        """Finish a short write (a disk filling up); on an error, cut the line's start off again
+        so that the file ends with a whole record."""
+        fh = self._fh
+        try:
+            while n < len(data):
+                k = fh.write(data[n:])
+                if not k:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                n += k
+        except OSError:
+            try:
+                fh.truncate(fh.tell() - n)
+            except OSError:
+                pass  # the reader drops a last line cut short anyway
+            raise
+
+    def _stop(self, error: OSError, step: int | None) -> None:
+        """Stop writing after an I/O error: close the file and warn once; the training goes on."""
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            try:
+                empty = os.fstat(fh.fileno()).st_size == 0
+            except OSError:
+                empty = False
+            with contextlib.suppress(OSError):
+                fh.close()
+            if empty:  # not even the header: leave no empty run file for load() to trip on
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+                    self.has_file = False
+        if self.has_file:
+            where = "before the first step" if step is None else f"at step {step}"
+            self.stopped = (
+                f"recording to {self.path} stopped {where} ({error}): the file holds the steps before it, "
+                "the rest of the run was kept in memory"
+            )
+        else:
+            self.stopped = f"the run could not be written to {self.path} ({error}): it was recorded in memory only"
+        log.warning("memleak: %s; the training is not affected", self.stopped)
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        """Close the file (never raises: the run's own exception, if any, must stay the one seen)."""
+        self._closed = True
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            try:
+                fh.close()
+            except OSError as e:
+                log.warning("memleak: closing %s failed: %s", self.path, e)

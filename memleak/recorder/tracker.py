@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from ..errors import UsageError
-from ..io import RecordSink, RunWriter, read_run_file, run_from_records
+from ..io import RecordSink, RunWriter, run_from_records
+from ..io.runfiles import free_path
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
 from ..schema import LEVELS
 from .live import NAN, LiveCheck
@@ -63,12 +64,14 @@ class Tracker:
         record_history: bool | int = False,
         on_leak: Callable[[Any], None] | None = None,
         census_budget: float = 0.05,
+        overwrite: bool = False,
     ):
         optimizers = _checked_options(model, optimizer, level, census_budget, record_history, out)
         from ..units import parse_bytes
 
         self.level = level
         self.out = None if out is None else Path(out)
+        self.overwrite = overwrite  # replace an earlier memleak run at out= (never another file)
         self.budget_bytes = None if budget is None else parse_bytes(budget)
         self.record_history = record_history
         self.on_leak = on_leak
@@ -88,7 +91,13 @@ class Tracker:
         self._heap: Callable[[], int] | None = None  # the C heap counter, to measure memleak's own bookkeeping bytes
         self._own_bytes = 0
         self.sink: RecordSink | None = None
-        self.path: Path | None = None
+
+    @property
+    def path(self) -> Path | None:
+        """The run file (a numbered name when `out=` held an earlier run); None without `out=`,
+        or when the file could not be created (the run is then in memory)."""
+        sink = self.sink
+        return sink.path if isinstance(sink, RunWriter) and sink.has_file else None
 
     @property
     def leak_confirmed(self) -> bool:
@@ -120,8 +129,9 @@ class Tracker:
         model = self._model_ref()
         self.device = resolve_device(self._device_arg, model)
         if self.out is not None:
-            self.path = run_file_path(self.out)
-            self.sink = RunWriter(self.path)
+            # never replaces a file: a numbered name beside an earlier run; an unwritable folder
+            # leaves the run in memory (path None) with one warning
+            self.sink = RunWriter(run_file_path(self.out), overwrite=self.overwrite)
         else:
             self.sink = RecordSink()
         meta = base_meta(self.device, self.level, self.budget_bytes, model)
@@ -319,7 +329,7 @@ class Tracker:
         from ..probes import history
 
         assert self.path is not None  # callers check that the run has a file
-        target = self.path.parent / name
+        target = free_path(self.path.parent / name)  # never over a file already there
         try:
             written = history.dump(target)
         except Exception as e:  # a failed dump must never hide the OOM or leak being reported
@@ -335,7 +345,7 @@ class Tracker:
         if self.sink is None:
             raise UsageError("nothing was recorded: the tracker was never started")
         if isinstance(self.sink, RunWriter):
-            return read_run_file(self.sink.path)
+            return self.sink.read()
         return run_from_records(self.sink.records)
 
     def report(self) -> Report:
