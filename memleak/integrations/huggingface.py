@@ -12,7 +12,6 @@ Importing this module imports transformers; importing memleak does not.
 
 from __future__ import annotations
 
-import atexit
 import os
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,6 @@ class MemleakCallback(FitCallbackMixin, transformers.TrainerCallback):  # type: 
     ):
         self._session = FitSession(out, level, print_report, tracker_options)
         self._out = None if out is None else Path(out)
-        self._atexit = False
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         import torch
@@ -60,18 +58,15 @@ class MemleakCallback(FitCallbackMixin, transformers.TrainerCallback):  # type: 
             if opt is None:
                 break
         self._session.start(model, opt, out, report_here=state.is_world_process_zero)
-        if not self._atexit:
-            # Trainer has no callback for a training loop that raises: never leave hooks behind.
-            atexit.register(self._close_quietly)
-            self._atexit = True
+        # Trainer has no callback for a training loop that raises: never leave hooks behind. Held
+        # until the tracker closes, not longer: the exit hook must not keep this callback's fit alive.
+        from ..recorder.running import close_at_exit
+
+        assert self._session.tracker is not None  # start() just made it
+        close_at_exit(self._session.tracker)
 
     def on_step_end(self, args, state, control, **kwargs):
         self._session.step()
 
     def on_train_end(self, args, state, control, **kwargs):
         self._session.finish()
-
-    def _close_quietly(self) -> None:
-        tracker = self._session.tracker
-        if tracker is not None:
-            tracker.close()

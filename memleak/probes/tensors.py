@@ -11,6 +11,8 @@ On sampled ("deep") steps, chosen on a time budget, the TensorProbe
   globals and the model tree (`holders.walk_roots`) and records, per holder,
   the tensors it holds, how many are at least two steps old, and the size of
   the autograd graph they keep (nodes, counted along ``next_functions``);
+- tags only in the thread that started the tracker: torch keeps modes and hooks
+  per thread, and that thread comes back to take them off (`tagging.py`);
 - checks which tensors tagged on earlier deep steps (two or more steps ago)
   are still alive and are not parameters, gradients, buffers or optimizer state,
   and groups them by creation site and holder.
@@ -29,12 +31,12 @@ from __future__ import annotations
 
 import gc
 import math
+import threading
 import time
 import weakref
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from ..schema import RecordType
 from . import Probe, ProbeContext
@@ -43,9 +45,8 @@ from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
 from .referrers import name_by_referrers
 from .survivors import Survivors, birth_cohorts, cohorts_per_site, group_births, name_site, saved_cohorts
+from .tagging import MAX_TAGS, Box, Tagging, stacks_empty, sweep
 
-# Tensors tagged per deep step, at most (a very large step is sampled, not walked whole).
-MAX_TAGS = 20000
 # Deep steps whose tags are kept for checking.
 MAX_COHORTS = 12
 # gc.get_referrers scans every object: named holders are looked up this often per run at most.
@@ -54,46 +55,8 @@ MAX_REFERRER_LOOKUPS = 3
 MAX_GAP = 6
 
 
-class _Box:
-    """What the pack hook hands autograd: the saved tensor itself, in a weakly referenced box."""
-
-    __slots__ = ("t", "version", "__weakref__")
-
-    def __init__(self, t, version):
-        self.t = t
-        self.version = version
-
-
-class _BirthMode(TorchFunctionMode):
-    """Tags tensors that torch functions return with the step and the user's creation site."""
-
-    def __init__(self, probe: TensorProbe):
-        super().__init__()
-        self.probe = probe
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        p = self.probe
-        if p.n_tags < MAX_TAGS:
-            try:
-                p._tag(out)
-            except Exception:
-                pass
-        return out
-
-
-def _stacks_empty() -> bool:
-    """No torch function mode and no saved-tensor hook is active."""
-    return (
-        torch._C._len_torch_function_stack() == 0 and torch._C._autograd._top_saved_tensors_default_hooks(False) is None
-    )
-
-
 class _NoMode:
-    """Stands for the tagging mode on a deep step that only walks."""
-
-    def __exit__(self, *exc):
-        return False
+    """Stands for the tagging on a deep step that only walks."""
 
 
 class TensorProbe(Probe):
@@ -107,8 +70,8 @@ class TensorProbe(Probe):
         self.saved: list[tuple] = []  # (weakref to the box, step, storage ptr, bytes, site)
         self.saved_tagged: dict[int, list[int]] = {}
         self.n_tags = 0
-        self._mode: _NoMode | _BirthMode | None = None
-        self._saved_ctx: torch.autograd.graph.saved_tensors_hooks | None = None
+        self._mode: _NoMode | Tagging | None = None
+        self._thread = threading.get_ident()  # the only thread tagged (see step_begin)
         self._deep_step: int | None = None
         self.plain: float | None = None
         self.prev_roots: dict = {}  # per holder, where its graphs started at the last deep step
@@ -159,14 +122,14 @@ class TensorProbe(Probe):
         # detached alias (same storage, same version counter): holding `t` itself would hold
         # an output's grad_fn from inside its own graph, a cycle through C++ that never dies.
         try:
-            box = _Box(t.detach(), t._version)
+            box = Box(t.detach(), t._version)
         except Exception:  # a tensor type without detach or a version: hand it back untouched
             return t
         try:
             if len(self.saved) < MAX_TAGS:
                 assert self._deep_step is not None  # the hooks run only on a deep step
                 ptr, nb = tensor_nbytes(t)
-                site = user_site(2)  # frames: user_site, _pack, the op's caller
+                site = user_site(3)  # frames: user_site, _pack, Tagging.pack, the op's caller
                 self.saved.append((weakref.ref(box), self._deep_step, ptr, nb, site or "?"))
                 acc = self.saved_tagged.setdefault(self._deep_step, [0, 0])
                 acc[0] += 1
@@ -175,41 +138,19 @@ class TensorProbe(Probe):
             pass
         return box
 
-    @staticmethod
-    def _unpack(box):
-        if not isinstance(box, _Box):
-            return box
-        t = box.t
-        if box.version is not None and t._version != box.version:  # what autograd checks without hooks, kept with them
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an inplace "
-                f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
-                f"{box.version} instead. (memleak's saved-tensor tracking reports what autograd would.)"
-            )
-        return t
-
     def step_begin(self, step: int) -> None:
         if step >= self.next_deep and self._mode is None:
             self._deep_step = step
             self.n_tags = 0
+            sweep()  # our own modes a step ended elsewhere left inert in this thread
+            # Tag only in the thread that started the tracker: torch's modes and hooks are per
+            # thread, and that one is sure to come back (at close) to take them off (tagging.py).
             # A mode or saved-tensor hook of the user's own still open here (the step ends inside
-            # their `with`) would be popped in place of ours when it closes: walk only then.
-            if not self.tagging or not _stacks_empty():
+            # their `with`) would be popped in place of ours when it closes: walk only then too.
+            if not self.tagging or threading.get_ident() != self._thread or not stacks_empty():
                 self._mode = _NoMode()
                 return
-            self._saved_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-            self._saved_ctx.__enter__()
-            self._mode = _BirthMode(self)
-            self._mode.__enter__()
-
-    def _pop_mode(self, mode) -> None:
-        """Pop our mode only if it is on top; otherwise something else was pushed over it and
-        left open: leave the stack alone and stop tagging for the rest of the run."""
-        n = torch._C._len_torch_function_stack()
-        if n and torch._C._get_function_stack_at(n - 1) is mode:
-            mode.__exit__(None, None, None)
-        else:
-            self._give_up("a torch function mode was left open over memleak's")
+            self._mode = Tagging(self)
 
     def _give_up(self, why: str) -> None:
         if self.tagging:
@@ -218,14 +159,10 @@ class TensorProbe(Probe):
 
     def _end_tagging(self) -> None:
         mode, self._mode = self._mode, None
-        if isinstance(mode, _BirthMode):
-            self._pop_mode(mode)
-        sctx, self._saved_ctx = self._saved_ctx, None
-        if sctx is not None:
-            if torch._C._autograd._top_saved_tensors_default_hooks(False) == (self._pack, self._unpack):
-                sctx.__exit__(None, None, None)
-            else:
-                self._give_up("a saved-tensor hook was left open over memleak's")
+        if isinstance(mode, Tagging):
+            why = mode.remove()
+            if why is not None:
+                self._give_up(why)
 
     # ------------------------------------------------------------ sampling
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
@@ -320,6 +257,7 @@ class TensorProbe(Probe):
 
     def stop(self) -> None:
         self._end_tagging()
+        sweep()
         self.prev_roots = {}
         self.births = {}
         self.saved = []

@@ -63,7 +63,9 @@ class LiveCheck:
     """One run's live leak check. The tracker appends each step's values to `series` and,
     from step `next_at` on, asks `due` and calls `run`; `confirmed` is set once a leak is."""
 
-    def __init__(self) -> None:
+    def __init__(self, warned_elsewhere: Callable[[], bool] = lambda: False) -> None:
+        # whether another tracker running alongside already warned of a leak (nested trackers, running.py)
+        self.warned_elsewhere = warned_elsewhere
         self.series = {col: array("d") for col in LIVE_COLUMNS}  # 8 bytes a value, NaN when absent
         self.next_at: float = _FIRST_LIVE_CHECK
         self.seconds = 0.0  # spent in checks so far
@@ -125,7 +127,7 @@ class LiveCheck:
         if not self._confirmed(growth, steps, step, sink, read_now):
             return None
         self.confirmed = True
-        _announce(growth, step, sink)
+        _announce(growth, step, sink, loud=not self.warned_elsewhere())
         return growth
 
     def _confirmed(self, growth: Growth, steps: pd.DataFrame, step: int, sink: RecordSink, read_now: ReadNow) -> bool:
@@ -172,8 +174,9 @@ class LiveCheck:
         return True
 
 
-def _announce(growth: Growth, step: int, sink: RecordSink) -> None:
-    """The one warning of a confirmed leak, in the log and in the run."""
+def _announce(growth: Growth, step: int, sink: RecordSink, loud: bool = True) -> None:
+    """The one warning of a confirmed leak, in the log and in the run; at INFO level, not
+    warned again, when another running tracker already warned of it (`loud` False)."""
     from ..units import fmt_bytes
 
     when = (
@@ -181,12 +184,14 @@ def _announce(growth: Growth, step: int, sink: RecordSink) -> None:
         if growth.steps_to_full
         else ""
     )
-    log.warning(
-        "memleak: memory leak confirmed at step %d: %s grows %s per step%s",
+    log.log(
+        logging.WARNING if loud else logging.INFO,
+        "memleak: memory leak confirmed at step %d: %s grows %s per step%s%s",
         step,
         growth.column,
         fmt_bytes(growth.slope),
         when,
+        "" if loud else " (another running memleak tracker already warned)",
     )
     sink.event(
         "leak_confirmed",

@@ -3,8 +3,10 @@ records its step, and undoes everything on exit, also when the loop raises."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -18,6 +20,7 @@ from ..io import RecordSink, RunWriter, run_from_records
 from ..io.runfiles import free_path
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
 from ..schema import LEVELS
+from . import running
 from .live import NAN, LiveCheck
 from .runinfo import base_meta, run_file_path
 
@@ -87,7 +90,10 @@ class Tracker:
         self._manual = False
         self._last_boundary_by_optimizer = False
         self._step = 0
-        self._live = LiveCheck()
+        self._live = LiveCheck(functools.partial(running.warned_elsewhere, weakref.ref(self)))
+        # steps may end in several threads at once: one at a time, numbered in order (reentrant, for
+        # an on_leak that calls step() or close())
+        self._lock = threading.RLock()
         self._heap: Callable[[], int] | None = None  # the C heap counter, to measure memleak's own bookkeeping bytes
         self._own_bytes = 0
         self.sink: RecordSink | None = None
@@ -118,6 +124,7 @@ class Tracker:
         if self._state != "new":
             raise UsageError("this tracker was already started; create a new one for another run")
         self._state = "running"
+        running.enter(self)
         try:
             self._start()
         except BaseException:
@@ -198,7 +205,13 @@ class Tracker:
             self.record_history = False
 
     def close(self, exc: BaseException | None = None) -> None:
-        """Stop recording: remove every hook, stop every probe, close the file. Idempotent."""
+        """Stop recording: remove every hook, stop every probe, close the file. Idempotent; waits
+        for a step another thread is recording."""
+        with self._lock:
+            running.leave(self)
+            self._close(exc)
+
+    def _close(self, exc: BaseException | None) -> None:
         if self._state in ("new", "closed"):
             self._state = "closed"
             return
@@ -235,21 +248,23 @@ class Tracker:
     # ------------------------------------------------------------ steps
     def step(self) -> None:
         """End the current iteration. Once called, only these calls mark iterations."""
-        if not self.active:
-            raise UsageError("tracker.step() was called outside the tracked block (the tracker is not running)")
-        if not self._manual:
-            self._manual = True
-            if self._last_boundary_by_optimizer:
-                # optimizer.step() just ended this iteration; this call confirms it.
-                self._last_boundary_by_optimizer = False
-                return
-        self._end_step()
+        with self._lock:
+            if not self.active:
+                raise UsageError("tracker.step() was called outside the tracked block (the tracker is not running)")
+            if not self._manual:
+                self._manual = True
+                if self._last_boundary_by_optimizer:
+                    # optimizer.step() just ended this iteration; this call confirms it.
+                    self._last_boundary_by_optimizer = False
+                    return
+            self._end_step()
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if self._manual or not self.active:
-            return
-        self._end_step()
-        self._last_boundary_by_optimizer = True
+        with self._lock:
+            if self._manual or not self.active:
+                return
+            self._end_step()
+            self._last_boundary_by_optimizer = True
 
     def _begin(self, step: int) -> None:
         for probe in self._probes:
@@ -282,7 +297,8 @@ class Tracker:
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
             live.run(step, self.meta, self._started_sink(), self._read_now, self._on_leak_confirmed)
-        self._begin(step)
+        if self.active:  # on_leak may have closed the tracker: install nothing after close
+            self._begin(step)
 
     def _turn_off(self, probe: Probe, error: Exception) -> None:
         """A probe that failed: stopped and dropped, and said in the log and the run."""

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..probes import is_oom
+from .running import close_at_exit
 from .tracker import Tracker
 
 
@@ -17,7 +18,8 @@ def watch(model: Any = None, **options: Any) -> Callable:
 
     ``@memleak.watch(model)`` or bare ``@memleak.watch``. The tracker starts on
     the first call and stays open between calls (its hooks must see them); it is
-    at ``fn.tracker``; ``fn.tracker.close()`` removes everything, as does exit.
+    at ``fn.tracker``; ``fn.tracker.close()`` removes everything, as does exit. Once closed,
+    memleak keeps no reference to it (nor to what the function holds).
     """
     if callable(model) and not isinstance(model, torch.nn.Module):
         return watch()(model)  # used bare: @memleak.watch
@@ -29,18 +31,19 @@ def watch(model: Any = None, **options: Any) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if tracker._state == "new":
-                tracker.start()
-                import atexit
-
-                atexit.register(tracker.close)
+                with tracker._lock:  # two threads making the first call start it once
+                    if tracker._state == "new":
+                        tracker.start()
+                        close_at_exit(tracker)  # held until it closes, not longer
             try:
                 result = fn(*args, **kwargs)
             except BaseException as e:
                 if is_oom(e) and tracker.active:
                     tracker._record_oom(e)
                 raise
-            if tracker.active:
-                tracker._end_step()
+            with tracker._lock:  # calls returning in several threads: one step at a time
+                if tracker.active:
+                    tracker._end_step()
             return result
 
         wrapper.tracker = tracker  # type: ignore[attr-defined]

@@ -1,0 +1,154 @@
+"""The creation-site mode and the saved-tensor hooks of one deep step, and the thread they live in.
+
+Torch keeps function modes and default saved-tensor hooks per thread: what one thread pushes,
+only that thread can pop. A `Tagging` is installed in the thread that started the tracker (the
+only thread the TensorProbe tags in) and remembers that thread. When the step ends in another
+thread (a loop driven from several threads), the Tagging cannot be popped from there: it turns
+inert at once (its mode and hooks pass everything through and hold nothing of the probe's) and
+is swept off its thread's stacks the next time memleak runs in that thread (the next deep step,
+or the tracker's close). Only a tracker closed in a thread other than the one it started in can
+leave an inert Tagging behind, until memleak next runs in that thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+# Tensors tagged per deep step, at most (a very large step is sampled, not walked whole).
+MAX_TAGS = 20000
+
+_lock = threading.Lock()
+# thread ident -> Taggings made inert there while their thread was elsewhere, oldest first
+_inert: dict[int, list[Tagging]] = {}
+
+
+class Tagger(Protocol):
+    """What a Tagging reports to (the TensorProbe; a protocol, so that this module need not import it)."""
+
+    n_tags: int
+
+    def _tag(self, out: Any) -> None: ...
+
+    def _pack(self, t: torch.Tensor) -> Any: ...
+
+
+class Box:
+    """What the pack hook hands autograd: the saved tensor itself, in a weakly referenced box."""
+
+    __slots__ = ("t", "version", "__weakref__")
+
+    def __init__(self, t, version):
+        self.t = t
+        self.version = version
+
+
+def unpack(box):
+    """The saved tensor back from its box (anything else untouched), with autograd's version check."""
+    if not isinstance(box, Box):
+        return box
+    t = box.t
+    if box.version is not None and t._version != box.version:  # what autograd checks without hooks, kept with them
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an inplace "
+            f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+            f"{box.version} instead. (memleak's saved-tensor tracking reports what autograd would.)"
+        )
+    return t
+
+
+class _BirthMode(TorchFunctionMode):
+    """Tags tensors that torch functions return with the step and the user's creation site."""
+
+    def __init__(self, tagging: Tagging):
+        super().__init__()
+        self.tagging = tagging
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        p = self.tagging.probe
+        if p is not None and p.n_tags < MAX_TAGS:  # None: inert, its step ended in another thread
+            try:
+                p._tag(out)
+            except Exception:
+                pass
+        return out
+
+
+def stacks_empty() -> bool:
+    """No torch function mode and no saved-tensor hook is active in this thread."""
+    return (
+        torch._C._len_torch_function_stack() == 0 and torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    )
+
+
+class Tagging:
+    """The mode and saved-tensor hooks of one deep step, pushed in this thread by `__init__`."""
+
+    def __init__(self, probe: Tagger):
+        self.thread = threading.get_ident()
+        self.probe: Tagger | None = probe  # None once inert
+        # each None once popped
+        self.hooks: torch.autograd.graph.saved_tensors_hooks | None = torch.autograd.graph.saved_tensors_hooks(
+            self.pack, unpack
+        )
+        self.hooks.__enter__()
+        self.mode: _BirthMode | None = _BirthMode(self)
+        self.mode.__enter__()
+
+    def pack(self, t: torch.Tensor) -> Any:
+        p = self.probe
+        return t if p is None else p._pack(t)
+
+    def remove(self) -> str | None:
+        """Turn inert, and pop the mode and hooks if this is their thread and they are on top; else
+        leave them to `sweep` in their thread. Returns why they stayed, when something of someone
+        else's was left open over them (the probe stops tagging then), else None."""
+        self.probe = None
+        if threading.get_ident() != self.thread:
+            why = None
+        else:
+            why = self._pop()
+            if why is None:
+                return None
+        with _lock:
+            _inert.setdefault(self.thread, []).append(self)
+        return why
+
+    def _pop(self) -> str | None:
+        """Pop the mode, then the hooks, each only if on top of this thread's stack; None when both went."""
+        n = torch._C._len_torch_function_stack()
+        if self.mode is not None:
+            if not (n and torch._C._get_function_stack_at(n - 1) is self.mode):
+                return "a torch function mode was left open over memleak's"
+            self.mode.__exit__(None, None, None)
+            self.mode = None
+        if self.hooks is not None:
+            if torch._C._autograd._top_saved_tensors_default_hooks(False) != (self.pack, unpack):
+                return "a saved-tensor hook was left open over memleak's"
+            self.hooks.__exit__(None, None, None)
+            self.hooks = None
+        return None
+
+
+def sweep() -> None:
+    """Pop this thread's inert Taggings that are on top of its stacks (newest first), and forget
+    those of threads that ended."""
+    if not _inert:
+        return
+    me = threading.get_ident()
+    with _lock:
+        mine = _inert.pop(me, [])
+        alive = {t.ident for t in threading.enumerate()}
+        for ident in [i for i in _inert if i not in alive]:
+            del _inert[ident]  # a thread's modes and hooks end with it
+    left: list[Tagging] = []
+    for tagging in reversed(mine):
+        if left or tagging._pop() is not None:
+            left.append(tagging)
+    if left:
+        with _lock:
+            _inert.setdefault(me, [])[:0] = reversed(left)
