@@ -260,7 +260,8 @@ STEP_COLUMNS = {
     "heap_bytes": "bytes in use on the C heap (glibc mallinfo2); CPU tensor storages live here",
     "rss_bytes": "resident set size of this process",
     # memleak itself
-    "memleak_bytes": "bytes memleak's own bookkeeping holds on the C heap (taken off the host series)",
+    "memleak_bytes": "bytes memleak's own bookkeeping holds on the C heap, less what its own garbage "
+    "collections freed (its net effect, taken off the host series)",
 }
 
 

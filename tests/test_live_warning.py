@@ -117,3 +117,33 @@ def test_the_cheap_screen_passes_growth_and_stops_flat_noise():
     assert sum(flat) < 0.05 * len(flat)
     assert not _trends_up(np.full(40, 1e8))
     assert not _trends_up(np.array([np.nan] * 40))
+
+
+def test_garbage_the_live_check_collects_is_not_read_as_a_release():
+    """The live check runs gc.collect(); the user's old cyclic garbage it frees is a drop memleak
+    made, not memory the run gave back: a steady leak stays a leak."""
+    import gc
+
+    import torch
+
+    import memleak
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    keep = []
+    gc.disable()  # the garbage waits for a collection, as it does between automatic ones
+    try:
+        for _ in range(48):  # 6 MiB in reference cycles, left by earlier code
+            cycle = [bytearray(128 * 1024)]
+            cycle.append(cycle)
+        del cycle
+        with memleak.track(model, optimizer=opt, level="counters") as tracker:
+            for _ in range(30):
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+                keep.append(torch.zeros(64 * 1024))  # 256 KiB a step
+    finally:
+        gc.enable()
+    events = [e.get("event") for e in tracker.run().events]
+    report = tracker.report()
+    assert report.verdict == "leak", (events, str(report))

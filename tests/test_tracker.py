@@ -133,7 +133,8 @@ def test_planted_leak_is_found_within_30_steps_and_its_absence_is_clean(level):
     keep: list = []
     with memleak.track(model, optimizer=opt, level=level) as tracker:
         train(model, opt, 30, keep=keep, leak_bytes=256 * KIB)
-    assert tracker.report().verdict == "leak"
+    report = tracker.report()
+    assert report.verdict == "leak", str(report)
 
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

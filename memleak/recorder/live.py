@@ -73,6 +73,9 @@ class LiveCheck:
         # growth an earlier live check saw, not yet confirmed (detect/lifetimes.py)
         self.pending: LiveState | None = None
         self.confirmed = False
+        # heap bytes the check's own collections freed: garbage the run would have kept longer,
+        # so a drop memleak caused; the tracker takes it off the host series like its own bytes
+        self.freed = 0.0
 
     def due(self, step: int, elapsed: float) -> bool:
         """Within the time budget; or beyond it, a few times a run, to confirm or clear growth an
@@ -145,9 +148,8 @@ class LiveCheck:
         verdict, self.pending = live_verdict(growth, y, x, self.pending)
         if verdict != "leak":
             if self.pending is not None and not was_pending:
-                import gc
-
-                gc.collect()  # garbage older than this growth must not count as given back later
+                # garbage older than this growth must not count as given back later
+                self.freed += _collect(read_now)
             return False
         return not self._gc_gives_back(growth, x[-1] - x[pending_rows - 1], step, sink, read_now)
 
@@ -160,11 +162,10 @@ class LiveCheck:
         before = read_now(growth.column)
         if before is None:
             return False
-        import gc
-
-        gc.collect()
+        freed = _collect(read_now)
         after = read_now(growth.column)
         if after is None or not gc_returned(growth.slope, span, before, after):
+            self.freed += freed  # garbage unrelated to the growth
             return False
         self.pending = None
         sink.event("gc_returned", step=step, column=growth.column, freed_bytes=before - after)
@@ -172,6 +173,16 @@ class LiveCheck:
             "memleak: %s grew, but a garbage collection gave back %d bytes: not a leak", growth.column, before - after
         )
         return True
+
+
+def _collect(read_now: ReadNow) -> float:
+    """Run a full garbage collection; the heap bytes it freed (0 where the heap is not read)."""
+    import gc
+
+    before = read_now("heap_bytes")
+    gc.collect()
+    after = read_now("heap_bytes")
+    return 0.0 if before is None or after is None else before - after
 
 
 def _announce(growth: Growth, step: int, sink: RecordSink, loud: bool = True) -> None:

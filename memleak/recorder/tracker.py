@@ -297,6 +297,8 @@ class Tracker:
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
             live.run(step, self.meta, self._started_sink(), self._read_now, self._on_leak_confirmed)
+            self._own_bytes -= int(live.freed)  # what its collections freed is a drop memleak made
+            live.freed = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
             self._begin(step)
 
