@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import gc
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from .errors import UsageError
-from .schema import BirthsRecord, HoldersRecord, ModulesRecord, RecordType, SavedRecord
+from .records import BirthsRecord, HoldersRecord, ModulesRecord, SavedRecord
+from .schema import RecordType
 from .units import ranks_text
 
 # Which column shows memory growth best, in order of preference. On an
@@ -18,6 +21,8 @@ from .units import ranks_text
 # resort (it never shrinks after a free and counts Python objects too).
 MEMORY_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes", "rss_bytes")
 HOST_COLUMNS = ("heap_bytes", "rss_bytes")
+
+T = TypeVar("T")
 
 
 def step_axis(steps: pd.DataFrame) -> np.ndarray:
@@ -29,6 +34,19 @@ def step_axis(steps: pd.DataFrame) -> np.ndarray:
     return np.arange(len(steps), dtype=float)
 
 
+def _build_all(raw: list[dict], build: Callable[[dict], T]) -> tuple[T, ...]:
+    """`build` of each record, by step. The cyclic garbage collector is paused meanwhile: a long
+    run has hundreds of thousands of rows, and each collection their making triggers would only
+    rescan the loaded run (it halves the time)."""
+    running = gc.isenabled()
+    gc.disable()
+    try:
+        return tuple([build(r) for r in sorted(raw, key=lambda r: r["step"])])
+    finally:
+        if running:
+            gc.enable()
+
+
 class Run:
     """A recorded run.
 
@@ -38,6 +56,8 @@ class Run:
     - ``events``: one-off records (an OOM, a skipped probe, a snapshot dump).
     - ``records``: other record types by name (census groups, module deltas...),
       each a list of dicts; ``table(name)`` gives one as a DataFrame.
+    - ``holders``, ``births``, ``saved``, ``module_records``: the culprit probes' detail
+      records as the dataclasses of ``memleak.records``, by step (built once, on first use).
     - ``truncated``: the file ended in the middle of a record (the process was
       killed); every whole record before it is here.
     """
@@ -59,33 +79,41 @@ class Run:
         self.path = path
         self.truncated = truncated
         self.problems = problems or []
+        # record type -> (the list of dicts it was built from, its length then, its dataclasses by step)
+        self._typed_cache: dict[RecordType, tuple[list, int, tuple]] = {}
 
     def table(self, name: str) -> pd.DataFrame:
         """Records of one type as a DataFrame (empty when there are none)."""
         return pd.DataFrame(self.records.get(name, []))
 
-    def _by_step(self, kind: RecordType) -> list:
-        return sorted(self.records.get(kind.value, []), key=lambda r: r["step"])
+    def _typed(self, kind: RecordType, build: Callable[[dict], T]) -> list[T]:
+        """The records of one type as dataclasses, by step: built on first use, again only when
+        ``records`` got another list of that type or the list grew."""
+        raw = self.records.get(kind.value, [])
+        hit = self._typed_cache.get(kind)
+        if hit is None or hit[0] is not raw or hit[1] != len(raw):
+            hit = self._typed_cache[kind] = (raw, len(raw), _build_all(raw, build))
+        return list(hit[2])
 
     @property
     def holders(self) -> list[HoldersRecord]:
         """The reference walks (holders of tensors), by step."""
-        return self._by_step(RecordType.HOLDERS)
+        return self._typed(RecordType.HOLDERS, HoldersRecord.from_dict)
 
     @property
     def births(self) -> list[BirthsRecord]:
         """Surviving tensors by creation site, by step."""
-        return self._by_step(RecordType.BIRTHS)
+        return self._typed(RecordType.BIRTHS, BirthsRecord.from_dict)
 
     @property
     def saved(self) -> list[SavedRecord]:
         """Tensors saved for backward that outlive their step, by step."""
-        return self._by_step(RecordType.SAVED)
+        return self._typed(RecordType.SAVED, SavedRecord.from_dict)
 
     @property
     def module_records(self) -> list[ModulesRecord]:
         """Per-module memory deltas, by step."""
-        return self._by_step(RecordType.MODULES)
+        return self._typed(RecordType.MODULES, ModulesRecord.from_dict)
 
     def memory_column(self) -> str | None:
         """The column that tracks live memory best in this run, or None."""

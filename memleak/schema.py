@@ -1,7 +1,9 @@
 """The records memleak writes and reads, and the findings it reports.
 
 Plain frozen dataclasses and str Enums only: this module imports nothing from
-torch, pandas or the rest of memleak, so every layer can use it.
+torch, pandas or the rest of memleak, so every layer can use it. The probes'
+detail records (holders, births, saved tensors, modules, events) are declared
+field by field in `memleak.records`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, TypedDict
+from typing import Any
 
 #: Version of the run-file format. A reader refuses files of another version.
 SCHEMA_VERSION = 1
@@ -33,85 +35,16 @@ class StrEnum(str, Enum):
 
 class RecordType(StrEnum):
     """The type of a run-file record (its ``"type"`` key). Besides the header, steps and events,
-    the culprit probes write detail records on their sampled steps; `Run` gives each by name."""
+    the culprit probes write detail records on their sampled steps; `Run` gives each by name, as
+    the frozen dataclasses of `memleak.records` that declare their fields."""
 
     HEADER = "header"
     STEP = "step"
-    EVENT = "event"
-    HOLDERS = "holders"  # HoldersRecord: the reference walk (probes/holders.py)
-    BIRTHS = "births"  # BirthsRecord: surviving tensors by creation site (probes/tensors.py)
-    SAVED = "saved"  # SavedRecord: tensors saved for backward that survive their step
-    MODULES = "modules"  # ModulesRecord: per-module memory deltas (probes/modules.py)
-
-
-class HolderRow(TypedDict, total=False):
-    """One holder at one walk: a variable, attribute, container or closure cell holding tensors."""
-
-    holder: str  # the path a person would type: `history`, `metric.preds`, `blocks.1.attn.cache`
-    kind: str  # local, global, class_attr, module_attr, closure, optimizer_attr, default_arg, hook, ...
-    count: int  # tensors held
-    bytes: int  # bytes of their storages
-    grad: int  # of them, tensors with a grad_fn
-    old: int  # of them, tensors first seen at least two steps earlier
-    old_bytes: int
-    nodes: int  # autograd nodes reachable from their grad_fns (capped)
-    seq: list  # (node, output) -> sequence numbers, for graph links
-    linked: bool  # its graph reaches what it held at the previous walk
-    host_bytes: int
-    capped: bool  # the node count hit its cap
-    estimated: bool  # counts of long containers estimated from their ends
-    note: str
-    views: int  # of them, small views that keep a much larger storage alive
-    stored: str  # file.py:line in the user's code that stores into it (the append, the assignment)
-
-
-class HoldersRecord(TypedDict, total=False):
-    step: int
-    holders: list[HolderRow]
-    buffers: dict[str, list]  # module path -> [numel, bytes]
-    walk_seconds: float
-    nodes_walked: int
-    truncated: bool  # the walk stopped at its node budget
-    scope: str  # "model" when only the model tree was walked (level modules)
-
-
-class BirthCohort(TypedDict, total=False):
-    """Tensors created at one site on one sampled step that are still alive."""
-
-    born: int
-    site: str  # file.py:line in the user's code
-    holder: str  # what holds them, "" when the walk reached none
-    count: int
-    bytes: int
-    grad: int
-    cycle: str  # "grad", "ctx:Function", "hook:fn" when an autograd reference cycle holds them
-
-
-class BirthsRecord(TypedDict, total=False):
-    step: int
-    cohorts: list[BirthCohort]
-    gc2: int  # full collections of Python's cyclic collector so far
-
-
-class SavedCohort(TypedDict):
-    born: int
-    site: str
-    count: int
-    bytes: int
-
-
-class SavedRecord(TypedDict):
-    step: int
-    cohorts: list[SavedCohort]
-
-
-class ModulesRecord(TypedDict, total=False):
-    step: int
-    steps: int  # steps this record sums over
-    counter: str  # the memory counter the deltas were read from
-    categories: dict[str, int]  # parameter, buffer, gradient, optimizer_state bytes
-    modules: list  # per module: path, calls, forward and backward deltas
-    alive: list  # [path, born, count, bytes] of tensors made in a module that are still alive
+    EVENT = "event"  # records.Event: something that happened once
+    HOLDERS = "holders"  # records.HoldersRecord: the reference walk (probes/holders.py)
+    BIRTHS = "births"  # records.BirthsRecord: surviving tensors by creation site (probes/tensors.py)
+    SAVED = "saved"  # records.SavedRecord: tensors saved for backward that survive their step
+    MODULES = "modules"  # records.ModulesRecord: per-module memory deltas (probes/modules.py)
 
 
 class Kind(StrEnum):

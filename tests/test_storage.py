@@ -229,6 +229,6 @@ def test_detail_records_come_back_typed_by_step(tmp_path):
     w.record(RecordType.BIRTHS, {"step": 4, "cohorts": [{"born": 1, "site": "t.py:3", "cycle": "grad"}]})
     w.close()
     run = read_run_file(tmp_path / "r.jsonl")
-    assert [r["step"] for r in run.holders] == [4, 8] and run.holders[1]["holders"][0]["count"] == 2
-    assert run.births[0]["cohorts"][0]["cycle"] == "grad"
+    assert [r.step for r in run.holders] == [4, 8] and run.holders[1].holders[0].count == 2
+    assert run.births[0].cohorts[0].cycle == "grad"
     assert run.saved == [] and run.module_records == []

@@ -66,9 +66,9 @@ def test_a_tracked_loop_records_the_append_line_of_its_growing_list():
             opt.step()
             kept.append(out)
     append_line = inspect.currentframe().f_lineno - 1  # the line above
-    rows = [r for rec in tracker.run().holders for r in rec["holders"] if r["holder"] == "kept"]
+    rows = [r for rec in tracker.run().holders for r in rec.holders if r.holder == "kept"]
     assert rows, "the walk did not name `kept`"
-    assert rows[-1]["stored"] == f"test_stores.py:{append_line}"
+    assert rows[-1].stored == f"test_stores.py:{append_line}"
     top = tracker.report().suspects[0]
     assert top.location == "kept"
     assert top.fix.startswith(f"At test_stores.py:{append_line}: ")

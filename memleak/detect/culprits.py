@@ -22,6 +22,9 @@ module_outputs; culprit_fixes words the fixes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ..records import HoldersRecord
 from ..run import Run
 from ..schema import Finding
 from .culprit_table import Entries, merge_siblings
@@ -55,23 +58,23 @@ def detect(run: Run) -> list[Finding]:
     return [_finding(loc, f) for loc, f in findings.items()]
 
 
-def _holder_kinds(holders) -> dict[str, str]:
+def _holder_kinds(holders: Sequence[HoldersRecord]) -> dict[str, str]:
     """Holder kinds (module_attr, closure, ...), as the walk named them first."""
     hkinds: dict[str, str] = {}
     for r in holders:
-        for row in r.get("holders", []):
-            hkinds.setdefault(row["holder"], row.get("kind", ""))
+        for row in r.holders:
+            hkinds.setdefault(row.holder, row.kind)
     return hkinds
 
 
-def _point_at_stores(holders, findings: Entries) -> None:
+def _point_at_stores(holders: Sequence[HoldersRecord], findings: Entries) -> None:
     """Name the user's line that stores into each leaking holder (the `append`, the `+=`): the fix
     goes there, not where the tensor was computed (often a model's forward)."""
     stored: dict[str, str] = {}
     for r in holders:  # by step: the latest line the walk found wins
-        for row in r.get("holders", []):
-            if row.get("stored"):
-                stored[row["holder"]] = row["stored"]
+        for row in r.holders:
+            if row.stored:
+                stored[row.holder] = row.stored
     for loc, f in findings.items():
         line = stored.get(loc)
         if line is None or not f.get("leak"):

@@ -9,14 +9,17 @@ one more, so memory piles up (on a GPU, until an OOM).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from ..records import BirthCohort
 from ..schema import Kind
 
 
-def cycle_mark(cohorts, holder: str) -> str:
+def cycle_mark(cohorts: Iterable[BirthCohort], holder: str) -> str:
     """The cycle a group of cohorts is kept by: ``grad``, ``ctx:Function``, or ""."""
     for c in cohorts:
-        if c.get("cycle"):
-            return c["cycle"]
+        if c.cycle:
+            return c.cycle
     if ".ctx." in holder:
         return "ctx:" + holder.split(".ctx.", 1)[0]
     return ""

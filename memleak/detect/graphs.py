@@ -14,9 +14,11 @@ hangs off it.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
+from ..records import HolderRow, HoldersRecord
 from ..run import Run
-from ..schema import Finding, HolderRow, HoldersRecord, Kind
+from ..schema import Finding, Kind
 from ..units import fmt_bytes
 
 NAME = "graphs"
@@ -29,34 +31,34 @@ MIN_LINKED_SHARE = 0.5
 MIN_NODE_RISE = 8
 
 
-def linked_counts(holders: list[HoldersRecord]) -> dict[str, int]:
+def linked_counts(holders: Sequence[HoldersRecord]) -> dict[str, int]:
     """Per holder, on how many samples its graph was built on what it held at the sample before."""
     out: dict[str, int] = defaultdict(int)
     for r in holders:
-        for row in r.get("holders", []):
-            if row.get("linked"):
-                out[row["holder"]] += 1
+        for row in r.holders:
+            if row.linked:
+                out[row.holder] += 1
     return dict(out)
 
 
-def _series(holders: list[HoldersRecord], name: str) -> list[tuple[int, HolderRow]]:
-    return [(r["step"], row) for r in holders for row in r.get("holders", []) if row.get("holder") == name]
+def _series(holders: Sequence[HoldersRecord], name: str) -> list[tuple[int, HolderRow]]:
+    return [(r.step, row) for r in holders for row in r.holders if row.holder == name]
 
 
 def _carrier(series: list[tuple[int, HolderRow]]) -> dict | None:
     """Steps and node counts of a holder that carries a growing graph, or None."""
-    linked = [(s, row) for s, row in series if row.get("linked")]
+    linked = [(s, row) for s, row in series if row.linked]
     later = len(series) - 1  # the first sample has nothing to be linked to
     if len(linked) < MIN_LINKED or later <= 0 or len(linked) / later < MIN_LINKED_SHARE:
         return None
     first_step, first = series[0]
     last_step, last = linked[-1]
-    rise = float(last.get("nodes", 0)) - float(first.get("nodes", 0))
-    if last_step <= first_step or (rise < MIN_NODE_RISE and not last.get("capped")):
+    rise = float(last.nodes) - float(first.nodes)
+    if last_step <= first_step or (rise < MIN_NODE_RISE and not last.capped):
         return None
-    if float(last.get("count", 0)) > 1.5 * float(first.get("count", 0)) + 1:
+    if float(last.count) > 1.5 * float(first.count) + 1:
         return None  # a growing container, not a carrier: the culprits detector names it
-    nodes = [float(row.get("nodes", 0)) for _, row in series]
+    nodes = [float(row.nodes) for _, row in series]
     if any(
         b < 0.9 * a for a, b in zip(nodes, nodes[1:], strict=False)
     ):  # a carried chain never loses nodes: it was cut
@@ -66,13 +68,13 @@ def _carrier(series: list[tuple[int, HolderRow]]) -> dict | None:
         "last_step": last_step,
         "n_linked": len(linked),
         "samples": later,
-        "nodes0": int(first.get("nodes", 0)),
-        "nodes1": int(last.get("nodes", 0)),
+        "nodes0": int(first.nodes),
+        "nodes1": int(last.nodes),
         "per_step": max(rise, 0.0) / (last_step - first_step),
-        "capped": bool(last.get("capped")),
-        "in_place": float(last.get("old", 0)) > 0,
-        "bytes": float(last.get("bytes", 0)),
-        "bytes0": float(first.get("bytes", 0)),
+        "capped": bool(last.capped),
+        "in_place": float(last.old) > 0,
+        "bytes": float(last.bytes),
+        "bytes0": float(first.bytes),
     }
 
 
@@ -126,5 +128,5 @@ def detect(run: Run) -> list[Finding]:
         series = _series(holders, name)
         c = _carrier(series)
         if c is not None:
-            out.append(_finding(name, c, series[-1][1].get("kind", "")))
+            out.append(_finding(name, c, series[-1][1].kind))
     return out

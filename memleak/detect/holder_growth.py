@@ -4,10 +4,10 @@ keeps growing (the ``holders`` records), and registered buffers replaced by ever
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from ..records import HolderRow, HoldersRecord
 from ..schema import Kind
 from ..units import fmt_bytes
 from .culprit_fixes import culprit_fix
@@ -41,7 +41,7 @@ class _HolderSeries:
     grad: list[float]
     nodes: list[float]
     old: list[float]
-    last: dict  # the holder's latest row
+    last: HolderRow  # the holder's latest row
     count_trend: dict | None
     bytes_trend: dict | None
     node_trend: dict | None
@@ -50,22 +50,22 @@ class _HolderSeries:
     node_values: list[float]
 
 
-def holder_findings(holders, hkinds, saved_info, findings: Entries, carried) -> None:
+def holder_findings(holders: Sequence[HoldersRecord], hkinds, saved_info, findings: Entries, carried) -> None:
     """An entry for every holder whose count, bytes or graph grows over the sampled steps."""
     if len(holders) < MIN_SAMPLES:
         return
-    steps, by = _series(holders, "holders")
+    steps, by = _series(holders)
     for name, rows in by.items():
         h = _holder_series(steps, rows)
         if h.count_trend or h.bytes_trend or h.node_trend:
             _holder_entry(findings, name, h, hkinds.get(name, ""), saved_info is not None, carried)
 
 
-def _holder_series(steps: list[int], rows: list[dict | None]) -> _HolderSeries:
+def _holder_series(steps: list[int], rows: list[HolderRow | None]) -> _HolderSeries:
     count, nbytes = _col(rows, "count"), _col(rows, "bytes")
     grad, nodes = _col(rows, "grad"), _col(rows, "nodes")
     # a capped graph count keeps growing past the cap
-    cap_at = next((i for i, r in enumerate(rows) if r and r.get("capped")), None)
+    cap_at = next((i for i, r in enumerate(rows) if r is not None and r.capped), None)
     nsteps, nvals = (steps, nodes) if cap_at is None else (steps[: cap_at + 1], nodes[: cap_at + 1])
     n_tr = sustained_rise(nsteps, nvals, MIN_NODE_RISE)
     if n_tr and not _spans_steps(rows):
@@ -77,7 +77,7 @@ def _holder_series(steps: list[int], rows: list[dict | None]) -> _HolderSeries:
         grad=grad,
         nodes=nodes,
         old=_col(rows, "old"),
-        last=next((r for r in reversed(rows) if r), {}),
+        last=next(r for r in reversed(rows) if r is not None),
         count_trend=sustained_rise(steps, count, MIN_COUNT_RISE),
         bytes_trend=sustained_rise(steps, nbytes, 1024, rel_rise=0.5) if max(nbytes) > 0 else None,
         node_trend=n_tr,
@@ -144,8 +144,8 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
         )
 
 
-def _mostly_views(last: dict) -> bool:
-    return bool(last.get("views")) and last["views"] >= 0.5 * max(1.0, last.get("count", 0))
+def _mostly_views(last: HolderRow) -> bool:
+    return bool(last.views) and last.views >= 0.5 * max(1.0, last.count)
 
 
 def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> list[str]:
@@ -185,32 +185,32 @@ def _graph_evidence(name: str, h: _HolderSeries, chained: bool, has_grad: bool) 
     return []
 
 
-def _row_notes(last: dict) -> list[str]:
+def _row_notes(last: HolderRow) -> list[str]:
     """What the walk noted about the holder's latest row: host memory, estimates, its own note."""
     notes = []
-    if last.get("host_bytes"):
+    if last.host_bytes:
         notes.append(
-            f"{fmt_bytes(last['host_bytes'])} of it is in host memory (tensors on another device than the tracked one)"
+            f"{fmt_bytes(last.host_bytes)} of it is in host memory (tensors on another device than the tracked one)"
         )
-    if last.get("note"):
-        notes.append(last["note"])
-    if last.get("views"):
+    if last.note:
+        notes.append(last.note)
+    if last.views:
         notes.append(
-            f"{_count_words(last['views'])} it holds are views of larger tensors: each keeps its whole base in memory"
+            f"{_count_words(last.views)} it holds are views of larger tensors: each keeps its whole base in memory"
         )
-    if last.get("estimated"):
+    if last.estimated:
         notes.append("counts of long containers are estimated from their first and last elements")
     return notes
 
 
-def buffer_findings(holders, findings: Entries) -> None:
+def buffer_findings(holders: Sequence[HoldersRecord], findings: Entries) -> None:
     """An entry for every registered buffer whose bytes grow: replaced by a bigger tensor each step."""
     if len(holders) < MIN_SAMPLES:
         return
-    steps = [r["step"] for r in holders]
-    paths = {p for r in holders for p in r.get("buffers", {})}
+    steps = [r.step for r in holders]
+    paths = {p for r in holders for p in r.buffers}
     for p in paths:
-        vals = [float((r.get("buffers", {}).get(p) or [0, 0])[1]) for r in holders]
+        vals = [float((r.buffers.get(p) or [0, 0])[1]) for r in holders]
         tr = sustained_rise(steps, vals, 1024, rel_rise=0.2)
         if tr is None:
             continue
@@ -235,29 +235,30 @@ def buffer_findings(holders, findings: Entries) -> None:
 # ---------------------------------------------------------------- series of the holders records
 
 
-def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], dict[str, list[dict | None]]]:
+def _series(records: Sequence[HoldersRecord]) -> tuple[list[int], dict[str, list[HolderRow | None]]]:
     """The sampled steps, and per holder its row at each (None where the walk did not name it)."""
-    steps = [r["step"] for r in records]
-    by: dict[str, list[dict | None]] = defaultdict(lambda: [None] * len(records))
+    steps = [r.step for r in records]
+    by: dict[str, list[HolderRow | None]] = defaultdict(lambda: [None] * len(records))
     for i, r in enumerate(records):
-        for row in r.get(key, []):
-            by[row["holder"]][i] = row
+        for row in r.holders:
+            by[row.holder][i] = row
     return steps, dict(by)
 
 
-def _col(rows: list[dict | None], key: str) -> list[float]:
-    return [float(r.get(key, 0) or 0) if r else 0.0 for r in rows]
+def _col(rows: list[HolderRow | None], column: str) -> list[float]:
+    """One numeric column of a holder's rows (0 where the walk did not name it)."""
+    return [float(getattr(r, column) or 0) if r is not None else 0.0 for r in rows]
 
 
-def _spans_steps(rows: list[dict | None]) -> bool:
+def _spans_steps(rows: list[HolderRow | None]) -> bool:
     """Whether the holder's graph keeps nodes from one sample to the next: its oldest node is older
     than the newest node of the previous sample's graph (node sequence numbers grow as nodes are
     created). Without sequence numbers (older records) assume it does."""
-    seqs = [r.get("seq") if r else None for r in rows]
+    seqs = [r.seq if r is not None else None for r in rows]
     if not any(seqs):
         return True
     pairs = [(a, b) for a, b in zip(seqs, seqs[1:], strict=False) if a and b]
-    return any(b[0] <= a[1] for a, b in pairs) or any(r and r.get("capped") for r in rows)
+    return any(b[0] <= a[1] for a, b in pairs) or any(r is not None and r.capped for r in rows)
 
 
 def _count_words(n: float) -> str:

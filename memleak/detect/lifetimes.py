@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..records import HolderRow
 from ..run import HOST_COLUMNS, Run, step_axis
-from ..schema import Finding, HolderRow, Kind, Shape
+from ..schema import Finding, Kind, Shape
 from ..units import fmt_bytes
 from .trend import kendall, theil
 
@@ -96,11 +97,11 @@ def detect(run: Run) -> list[Finding]:
     records = run.holders
     if len(records) < 5:
         return []
-    steps = [r["step"] for r in records]
+    steps = [r.step for r in records]
     by: dict[str, list[HolderRow | None]] = {}
     for i, r in enumerate(records):
-        for row in r.get("holders", []):
-            by.setdefault(row["holder"], [None] * len(records))[i] = row
+        for row in r.holders:
+            by.setdefault(row.holder, [None] * len(records))[i] = row
     out = []
     for name, rows in by.items():
         f = _graph_teeth(run, name, steps, rows)
@@ -122,9 +123,9 @@ def _teeth(count: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _graph_teeth(run: Run, name: str, steps: list[int], rows: list[HolderRow | None]) -> Finding | None:
-    count = np.array([float(r.get("count", 0)) if r else 0.0 for r in rows])
-    nodes = np.array([float(r.get("nodes", 0) or 0) if r else 0.0 for r in rows])
-    grad = np.array([float(r.get("grad", 0) or 0) if r else 0.0 for r in rows])
+    count = np.array([float(r.count) if r is not None else 0.0 for r in rows])
+    nodes = np.array([float(r.nodes or 0) if r is not None else 0.0 for r in rows])
+    grad = np.array([float(r.grad or 0) if r is not None else 0.0 for r in rows])
     teeth = _teeth(count)
     if len(teeth) < MIN_TEETH:
         return None

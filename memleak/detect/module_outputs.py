@@ -4,16 +4,18 @@ after their forward, and the forward memory of a module that caches tensors on i
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
+from ..records import ModulesRecord
 from ..schema import Kind
 from ..units import fmt_bytes
 from .culprit_table import Entries, entry
 from .survivors import MIN_COHORTS, MIN_SURVIVING_SHARE
 
 
-def module_evidence(modules, findings: Entries) -> None:
+def module_evidence(modules: Sequence[ModulesRecord], findings: Entries) -> None:
     """Add kept module outputs to the leak of about the same size (or make an entry when there is
     no leak at all), and each caching module's forward memory to its cached attribute."""
     if not modules:
@@ -46,34 +48,34 @@ def module_evidence(modules, findings: Entries) -> None:
     _caching_module_forwards(last, findings)
 
 
-def _kept_outputs(modules) -> tuple[list[tuple[str, int, float]], list[int]]:
+def _kept_outputs(modules: Sequence[ModulesRecord]) -> tuple[list[tuple[str, int, float]], list[int]]:
     """Modules whose forward outputs from most recent sampled steps are still alive two or more
     steps later, as (path, steps kept, median bytes per step), biggest first; and the steps checked."""
     last = modules[-1]
-    alive: dict[str, dict[int, list]] = defaultdict(dict)
-    for path, born, count, nbytes in last.get("alive", []):
-        alive[path][born] = [count, nbytes]
-    detail_steps = sorted({r["step"] for r in modules})
-    eligible = [d for d in detail_steps if d <= last["step"] - 2][-8:]
+    alive: dict[str, dict[int, float]] = defaultdict(dict)  # path -> birth step -> bytes still alive
+    for out in last.alive:
+        alive[out.path][out.born] = out.bytes
+    detail_steps = sorted({r.step for r in modules})
+    eligible = [d for d in detail_steps if d <= last.step - 2][-8:]
     kept = []
     for path, by_born in alive.items():
         k = [b for b in eligible if b in by_born]
         if len(eligible) >= MIN_COHORTS and len(k) >= MIN_COHORTS and len(k) / len(eligible) >= MIN_SURVIVING_SHARE:
-            kept.append((path, len(k), float(np.median([by_born[b][1] for b in k]))))
+            kept.append((path, len(k), float(np.median([by_born[b] for b in k]))))
     kept.sort(key=lambda x: -x[2])
     return kept, eligible
 
 
-def _caching_module_forwards(last, findings: Entries) -> None:
+def _caching_module_forwards(last: ModulesRecord, findings: Entries) -> None:
     """How often the module owning a cached attribute runs its forward, and what that allocates."""
-    rows = {r[0]: r for r in last.get("modules", [])}
+    rows = {r.path: r for r in last.modules}
     for loc, f in findings.items():
         if f["kind"] == Kind.CACHED_TENSOR and "." in loc:
             owner = loc.rsplit(".", 1)[0]
             r = rows.get(owner)
-            if r and r[1]:
-                steps = max(1, last.get("steps", 1))
+            if r is not None and r.calls:
+                steps = max(1, last.steps)
                 f["evidence"].append(
-                    f"{owner} runs its forward {r[1] / steps:.0f} time(s) per step, "
-                    f"allocating {fmt_bytes(r[2])} per step"
+                    f"{owner} runs its forward {r.calls / steps:.0f} time(s) per step, "
+                    f"allocating {fmt_bytes(r.fwd_bytes)} per step"
                 )

@@ -5,7 +5,9 @@ holder that keeps graphs takes the evidence, else the site that saved the most."
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
+from ..records import SavedRecord
 from ..schema import Kind
 from ..units import fmt_bytes
 from .culprit_fixes import culprit_fix
@@ -13,20 +15,20 @@ from .culprit_table import Entries, entry
 from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, sustained_rise
 
 
-def saved_growth(saved) -> dict | None:
+def saved_growth(saved: Sequence[SavedRecord]) -> dict | None:
     """The growth of what autograd still holds for backward, with the sites that saved it; None
     when it does not grow."""
     if len(saved) < MIN_SAMPLES:
         return None
-    steps = [r["step"] for r in saved]
-    totals = [float(sum(c["bytes"] for c in r.get("cohorts", []))) for r in saved]
-    counts = [float(sum(c["count"] for c in r.get("cohorts", []))) for r in saved]
+    steps = [r.step for r in saved]
+    totals = [float(sum(c.bytes for c in r.cohorts)) for r in saved]
+    counts = [float(sum(c.count for c in r.cohorts)) for r in saved]
     tr = sustained_rise(steps, totals, 1024, rel_rise=0.3) or sustained_rise(steps, counts, MIN_COUNT_RISE)
     if tr is None:
         return None
     sites: dict[str, int] = defaultdict(int)
-    for c in saved[-1].get("cohorts", []):
-        sites[c.get("site", "?")] += c["bytes"]
+    for c in saved[-1].cohorts:
+        sites[c.site] += c.bytes
     top = sorted(sites.items(), key=lambda kv: -kv[1])
     return {
         "trend": tr,
@@ -34,7 +36,7 @@ def saved_growth(saved) -> dict | None:
         "totals": totals,
         "counts": counts,
         "sites": top,
-        "cohorts": len({c["born"] for c in saved[-1].get("cohorts", [])}),
+        "cohorts": len({c.born for c in saved[-1].cohorts}),
     }
 
 

@@ -5,10 +5,12 @@ collector frees them (a reference cycle through autograd, a closure, a ctx)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..records import BirthCohort, BirthsRecord, HoldersRecord
 from ..schema import Kind
 from ..units import fmt_bytes
 from . import cycles
@@ -22,7 +24,7 @@ MIN_COHORTS = 3
 #: A group of cohorts: (creation site, holder); the holder is "" when the walk reached none.
 Key = tuple[str, str]
 #: Per group, its cohorts by the step they were born on.
-Groups = dict[Key, dict[int, dict]]
+Groups = dict[Key, dict[int, BirthCohort]]
 #: Per group freed at once by the cyclic collector: (most sampled steps freed, step after, times).
 Collected = dict[Key, tuple[int, int, int]]
 
@@ -31,7 +33,7 @@ Collected = dict[Key, tuple[int, int, int]]
 class _Births:
     """The births records with their cohorts grouped, and the deep steps they are judged on."""
 
-    records: list
+    records: Sequence[BirthsRecord]
     groups: list[Groups]  # one per record
     deep: list[int]  # the sampled deep steps
 
@@ -42,7 +44,7 @@ class _Births:
     @property
     def step(self) -> int:
         """The step of the last record, which the survivors are judged at."""
-        return self.records[-1]["step"]
+        return self.records[-1].step
 
     @property
     def eligible(self) -> list[int]:
@@ -59,18 +61,18 @@ class _Group:
     accumulating: bool
     gc_freed: bool  # freed all at once by the cyclic collector, at least once
     marked_only: bool  # counts only for the probe's cycle mark: cyclic garbage made every step
-    cohorts: dict[int, dict]  # the cohorts the evidence describes
+    cohorts: dict[int, BirthCohort]  # the cohorts the evidence describes
 
     @property
     def key(self) -> Key:
         return (self.site, self.holder)
 
 
-def birth_findings(births, holders, hkinds, findings: Entries) -> None:
+def birth_findings(births: Sequence[BirthsRecord], holders: Sequence[HoldersRecord], hkinds, findings: Entries) -> None:
     """An entry for each (site, holder) whose tensors accumulate or only the cyclic collector frees."""
     if not births:
         return
-    deep = sorted({r["step"] for r in holders}) or sorted({c["born"] for r in births for c in r.get("cohorts", [])})
+    deep = sorted({r.step for r in holders}) or sorted({c.born for r in births for c in r.cohorts})
     b = _Births(births, [_alive_by_key(r) for r in births], deep)
     cyclic = _collected_cycles(b, hkinds)
     marked = _cycle_marked(b.groups)
@@ -93,14 +95,14 @@ def _collected_cycles(b: _Births, hkinds) -> Collected:
         for key, cohorts in b.groups[i - 1].items():
             if key[1] and key[1] in hkinds:
                 continue
-            el = [d for d in b.eligible_at(prev["step"]) if d > last_death.get(key, -1)]
+            el = [d for d in b.eligible_at(prev.step) if d > last_death.get(key, -1)]
             before = sorted(born for born in cohorts if born in el)
             after = [born for born in b.groups[i].get(key, {}) if born in before]
             if len(before) >= MIN_COHORTS and len(after) <= max(1, len(before) // 4):
-                last_death[key] = prev["step"]
-                if _accumulating(before, el, prev["step"]):
+                last_death[key] = prev.step
+                if _accumulating(before, el, prev.step):
                     n, _, times = cyclic.get(key, (0, 0, 0))
-                    cyclic[key] = (max(n, len(before)), cur["step"], times + 1)
+                    cyclic[key] = (max(n, len(before)), cur.step, times + 1)
     return cyclic
 
 
@@ -121,7 +123,7 @@ def _group(b: _Births, key: Key, cyclic: Collected, marked: Groups) -> _Group | 
         src = next(
             b.groups[i - 1][key]
             for i in range(len(b.records) - 1, 0, -1)
-            if key in b.groups[i - 1] and b.records[i]["step"] == at
+            if key in b.groups[i - 1] and b.records[i].step == at
         )
     else:
         src = cohorts
@@ -131,7 +133,7 @@ def _group(b: _Births, key: Key, cyclic: Collected, marked: Groups) -> _Group | 
 def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected, hkinds) -> None:
     """Add the group's evidence to its holder's (else its site's) entry, or to the retained graph
     that keeps tensors no name holds."""
-    per = [c["bytes"] for c in g.cohorts.values()]
+    per = [c.bytes for c in g.cohorts.values()]
     bps = float(np.median(per))
     graphs = [(loc, f) for loc, f in findings.items() if f.get("leak") and f["kind"] == Kind.RETAINED_GRAPH]
     if not g.holder and graphs and not g.gc_freed:
@@ -148,7 +150,7 @@ def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected,
     conf = _confidence(b, g, cyclic)
     f = findings.get(loc)
     if f is None:
-        grads = sum(c["grad"] for c in g.cohorts.values())
+        grads = sum(c.grad for c in g.cohorts.values())
         f = entry(findings, loc, kind=kind)
         f.update(fix=culprit_fix(kind, loc, hkind, False, grads > 0, False), kind=kind)
     if cycle is not None and cycle[1] not in f["evidence"]:
@@ -198,7 +200,7 @@ def _survivor_evidence(b: _Births, g: _Group, cyclic: Collected, bps: float) -> 
         else "held by nothing memleak could name (not a variable, attribute or container it reached)"
     )
     if g.alive:
-        counts = [c["count"] for c in g.cohorts.values()]
+        counts = [c.count for c in g.cohorts.values()]
         lines.append(
             f"tensors created at {g.site} on {len(g.alive)} of the last {len(b.eligible)} sampled steps "
             f"are still alive at step {step} (the oldest from step {g.alive[0]}, {step - g.alive[0]} steps ago): "
@@ -218,10 +220,10 @@ def _survivor_evidence(b: _Births, g: _Group, cyclic: Collected, bps: float) -> 
 # ---------------------------------------------------------------- cohorts
 
 
-def _alive_by_key(record) -> Groups:
+def _alive_by_key(record: BirthsRecord) -> Groups:
     groups: Groups = defaultdict(dict)
-    for c in record.get("cohorts", []):
-        groups[(c["site"], c.get("holder") or "")][c["born"]] = c
+    for c in record.cohorts:
+        groups[(c.site, c.holder or "")][c.born] = c
     return groups
 
 
@@ -241,7 +243,7 @@ def _cycle_marked(groups: list[Groups]) -> Groups:
     for rec in groups:
         for key, cohorts in rec.items():
             for born, c in cohorts.items():
-                if c.get("cycle"):
+                if c.cycle:
                     marked.setdefault(key, {})[born] = c
     # a site's cohorts the walk named on some steps and not on others are one cause: the named holder
     for site, holder in [k for k in marked if not k[1]]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
+from ..records import HolderRow
 from .graphs import GraphInfo, Roots, graph_info, roots_of
 from .identity import Ages, tensor_nbytes
 from .walk_scope import NAME_ALL_UP_TO
@@ -38,32 +38,26 @@ class HolderStats:
     _grad_fns: list = field(default_factory=list, repr=False)
     _out_nrs: list = field(default_factory=list, repr=False)
 
-    def row(self) -> dict[str, Any]:
-        r = {
-            "holder": self.holder,
-            "kind": self.kind,
-            "count": round(self.count, 1),
-            "bytes": int(self.nbytes),
-            "grad": round(self.n_grad, 1),
-            "old": round(self.old, 1),
-            "old_bytes": int(self.old_bytes),
-            "nodes": self.nodes,
-        }
-        if self.host_bytes:
-            r["host_bytes"] = int(self.host_bytes)
-        if self.nodes_capped:
-            r["capped"] = True
-        if self.seq is not None:
-            r["seq"] = list(self.seq)
-        if self.estimated:
-            r["estimated"] = True
-        if self.note:
-            r["note"] = self.note
-        if self.linked:
-            r["linked"] = True
-        if self.views:
-            r["views"] = round(self.views, 1)
-        return r
+    def row(self, stored: str = "") -> HolderRow:
+        """The holder's row of the ``holders`` record; `stored`: the user's line that stores into it."""
+        return HolderRow(
+            holder=self.holder,
+            kind=self.kind,
+            count=round(self.count, 1),
+            bytes=int(self.nbytes),
+            grad=round(self.n_grad, 1),
+            old=round(self.old, 1),
+            old_bytes=int(self.old_bytes),
+            nodes=self.nodes,
+            seq=self.seq,
+            linked=self.linked,
+            host_bytes=int(self.host_bytes),
+            capped=self.nodes_capped,
+            estimated=self.estimated,
+            note=self.note,
+            views=round(self.views, 1),
+            stored=stored,
+        )
 
 
 class HolderTally:

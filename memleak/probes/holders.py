@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..records import HoldersRecord
 from . import reach
 from .frames import is_locals_snapshot, is_user_file, release_snapshots
 from .graphs import Roots
@@ -87,22 +88,23 @@ def walk_roots(
     return w
 
 
-def holders_record(walk: Walk, step: int, walk_seconds: float) -> dict[str, Any]:
-    """The ``holders`` record of a walk: its largest holders first."""
-    holders = sorted(walk.holders.values(), key=lambda s: -s.nbytes)
-    rows = [h.row() for h in holders if h.count > 0][:60]
-    for row in rows[:_STORES_LOOKED_UP]:
-        stored = find_store(row["holder"], walk.regions)
-        if stored is not None:
-            row["stored"] = stored
-    return {
-        "step": step,
-        "holders": rows,
-        "buffers": walk.buffers,
-        "walk_seconds": round(walk_seconds, 6),
-        "nodes_walked": walk.nodes,
-        "truncated": walk.truncated,
-    }
+def holders_record(walk: Walk, step: int, walk_seconds: float, scope: str = "") -> HoldersRecord:
+    """The ``holders`` record of a walk: its largest holders first, the largest with the user's
+    line that stores into them. `scope`: "model" for a walk of the model tree only."""
+    holders = [h for h in sorted(walk.holders.values(), key=lambda s: -s.nbytes) if h.count > 0][:60]
+    rows = [
+        h.row(stored=(find_store(h.holder, walk.regions) or "") if i < _STORES_LOOKED_UP else "")
+        for i, h in enumerate(holders)
+    ]
+    return HoldersRecord(
+        step=step,
+        holders=tuple(rows),
+        buffers=walk.buffers,
+        walk_seconds=round(walk_seconds, 6),
+        nodes_walked=walk.nodes,
+        truncated=walk.truncated,
+        scope=scope,
+    )
 
 
 # -- roots

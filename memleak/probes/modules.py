@@ -18,7 +18,7 @@ At level "modules" it also scans module attributes (tensors and tensor
 containers that are not parameters or buffers, hook closures) with the same
 walk the TensorProbe uses at level "full", and emits the same ``holders`` records.
 
-Record ``modules`` (one per detail step, aggregating the steps since the last):
+Record ``modules`` (`memleak.records.ModulesRecord`; one per detail step, aggregating the steps since the last):
 ``{"step", "steps", "counter", "categories": {...}, "modules": [[path, calls, fwd_bytes, bwd_bytes, left_bytes]],
 "alive": [[path, born, count, bytes]]}``: fwd/bwd bytes are per step, summed over calls.
 """
@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch.nn.modules import module as module_hooks
 
+from ..records import Event, ModuleOutputs, ModuleRow, ModulesRecord
 from ..schema import RecordType
 from . import Probe, ProbeContext, Unavailable
 from .holders import holders_record, walk_roots
@@ -117,14 +118,8 @@ class ModuleProbe(Probe):
             self.handles.append(module_hooks.register_module_forward_pre_hook(pre))
             self.handles.append(module_hooks.register_module_forward_hook(post))
         else:
-            ctx.emit(
-                RecordType.EVENT,
-                {
-                    "event": "probe_limited",
-                    "probe": self.name,
-                    "reason": "the model is compiled: no per-module hooks, categories and scans only",
-                },
-            )
+            why = "the model is compiled: no per-module hooks, categories and scans only"
+            ctx.emit(RecordType.EVENT, Event("probe_limited", {"probe": self.name, "reason": why}).to_dict())
         return {"module_counter": self.counter_name, "modules": n, "module_hooks": self.hooked}
 
     # ------------------------------------------------------------ hooks
@@ -209,23 +204,18 @@ class ModuleProbe(Probe):
         opt = self.ctx.optimizer_ref()
         n = max(self.steps_since, 1)
         left, alive = self._outputs_alive(step)
-        rows = []
-        for i, path in enumerate(self.paths):
-            if self.calls[i] or left.get(i):
-                rows.append([path, self.calls[i], int(self.fwd[i] / n), int(self.bwd[i]), int(left.get(i, 0))])
+        rows = [
+            ModuleRow(path, self.calls[i], int(self.fwd[i] / n), int(self.bwd[i]), int(left.get(i, 0)))
+            for i, path in enumerate(self.paths)
+            if self.calls[i] or left.get(i)
+        ]
         cats = self._categories(model, opt)
         cats["activation"] = max(0, int(self.fwd[0] / n)) if self.paths else 0
-        self.ctx.emit(
-            RecordType.MODULES,
-            {
-                "step": step,
-                "steps": n,
-                "counter": self.counter_name,
-                "categories": cats,
-                "modules": rows,
-                "alive": [[self.paths[i], b, c, nb] for (i, b), (c, nb) in sorted(alive.items())],
-            },
+        kept = [ModuleOutputs(self.paths[i], b, c, nb) for (i, b), (c, nb) in sorted(alive.items())]
+        rec = ModulesRecord(
+            step=step, steps=n, counter=self.counter_name, categories=cats, modules=tuple(rows), alive=tuple(kept)
         )
+        self.ctx.emit(RecordType.MODULES, rec.to_dict())
         self.calls = [0] * len(self.paths)
         self.fwd = [0] * len(self.paths)
         self.bwd = [0] * len(self.paths)
@@ -267,7 +257,8 @@ class ModuleProbe(Probe):
             step=step, model=model, optimizer=opt, ages=self.ages, exclude=exclude, frames=[], budget=3000
         )
         self.ages.prune()
-        self.ctx.emit(RecordType.HOLDERS, {**holders_record(walk, step, time.perf_counter() - t0), "scope": "model"})
+        rec = holders_record(walk, step, time.perf_counter() - t0, scope="model")
+        self.ctx.emit(RecordType.HOLDERS, rec.to_dict())
 
     def _categories(self, model, opt) -> dict[str, int]:
         cats = {"parameter": 0, "buffer": 0, "gradient": 0, "optimizer_state": 0}

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..records import BirthCohort, SavedCohort
 from .identity import tensor_nbytes
 from .reach import cycle_of
 
@@ -87,23 +88,15 @@ def name_site(groups: Groups, site: str, name: str) -> None:
             g[j] += vals[j]
 
 
-def birth_cohorts(groups: Groups, cycles: dict[str, str]) -> list[dict[str, Any]]:
+def birth_cohorts(groups: Groups, cycles: dict[str, str]) -> list[BirthCohort]:
     """The ``births`` record's cohorts, oldest first, largest first within a step."""
     return [
-        {
-            "born": b,
-            "site": s,
-            "holder": h,
-            "count": v[0],
-            "bytes": v[1],
-            "grad": v[2],
-            **({"cycle": cycles[s]} if cycles.get(s) else {}),
-        }
+        BirthCohort(born=b, site=s, holder=h, count=v[0], bytes=v[1], grad=v[2], cycle=cycles.get(s) or "")
         for (b, s, h), v in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[1][1]))
     ]
 
 
-def saved_cohorts(saved: list[tuple], step: int, ptrs: set[int]) -> tuple[list[tuple], list[dict[str, Any]]]:
+def saved_cohorts(saved: list[tuple], step: int, ptrs: set[int]) -> tuple[list[tuple], list[SavedCohort]]:
     """The saved-tensor entries still alive, and the ``saved`` record's cohorts: those tagged two or
     more steps ago, by birth step and site."""
     alive: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
@@ -121,5 +114,5 @@ def saved_cohorts(saved: list[tuple], step: int, ptrs: set[int]) -> tuple[list[t
         if ptr not in seen:
             seen.add(ptr)
             a[1] += nb
-    cohorts = [{"born": b, "site": s, "count": c, "bytes": nb} for (b, s), (c, nb) in sorted(alive.items())]
+    cohorts = [SavedCohort(born=b, site=s, count=c, bytes=nb) for (b, s), (c, nb) in sorted(alive.items())]
     return keep, cohorts

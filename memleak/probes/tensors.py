@@ -17,7 +17,7 @@ On sampled ("deep") steps, chosen on a time budget, the TensorProbe
   are still alive and are not parameters, gradients, buffers or optimizer state,
   and groups them by creation site and holder.
 
-Records (see docs/detectors-culprits.md):
+Records (the dataclasses of memleak/records.py; see docs/detectors-culprits.md):
 
 - ``holders``: ``{"step", "holders": [{"holder", "kind", "count", "bytes", "grad", "old", "old_bytes", "nodes", ...}],
   "buffers": {path: [numel, bytes]}, "walk_seconds", "truncated"}``
@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from ..records import BirthsRecord, Event, SavedRecord
 from ..schema import RecordType
 from . import Probe, ProbeContext
 from .frames import user_frames, user_site
@@ -83,14 +84,8 @@ class TensorProbe(Probe):
         # only the reference walk runs then.
         self.tagging = not is_compiled(ctx.model_ref())
         if not self.tagging:
-            ctx.emit(
-                RecordType.EVENT,
-                {
-                    "event": "probe_limited",
-                    "probe": self.name,
-                    "reason": "the model is compiled: no creation sites or saved-tensor tracking",
-                },
-            )
+            why = "the model is compiled: no creation sites or saved-tensor tracking"
+            ctx.emit(RecordType.EVENT, Event("probe_limited", {"probe": self.name, "reason": why}).to_dict())
         return {"deep_budget": self.budget}
 
     # ------------------------------------------------------------ tagging
@@ -155,7 +150,7 @@ class TensorProbe(Probe):
     def _give_up(self, why: str) -> None:
         if self.tagging:
             self.tagging = False
-            self.ctx.emit(RecordType.EVENT, {"event": "probe_limited", "probe": self.name, "reason": why})
+            self.ctx.emit(RecordType.EVENT, Event("probe_limited", {"probe": self.name, "reason": why}).to_dict())
 
     def _end_tagging(self) -> None:
         mode, self._mode = self._mode, None
@@ -206,7 +201,7 @@ class TensorProbe(Probe):
         del frames
         walk_seconds = time.perf_counter() - t0
         self.prev_roots = walk.roots
-        self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds))
+        self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds).to_dict())
         self.ages.prune()
         self._check_births(step, exclude, ptrs, walk.tensor_holder)
         self._check_saved(step, ptrs)
@@ -221,9 +216,8 @@ class TensorProbe(Probe):
         cohorts = birth_cohorts(found.groups, found.cycles)
         self._drop_old_births()
         # gen-2 collections so far: survivors that die all at once when one runs were held by a cycle
-        self.ctx.emit(
-            RecordType.BIRTHS, {"step": step, "cohorts": cohorts[:200], "gc2": gc.get_stats()[2]["collections"]}
-        )
+        rec = BirthsRecord(step=step, cohorts=tuple(cohorts[:200]), gc2=gc.get_stats()[2]["collections"])
+        self.ctx.emit(RecordType.BIRTHS, rec.to_dict())
 
     def _name_by_referrers(self, found: Survivors) -> None:
         """Look up, by gc referrers (slow: a few per run), who holds the survivors of sites no root
@@ -249,8 +243,8 @@ class TensorProbe(Probe):
 
     def _check_saved(self, step: int, ptrs: set[int]) -> None:
         self.saved, cohorts = saved_cohorts(self.saved, step, ptrs)
-        tagged = {str(k): v for k, v in self.saved_tagged.items()}
-        self.ctx.emit(RecordType.SAVED, {"step": step, "cohorts": cohorts, "tagged": tagged})
+        tagged = {str(k): list(v) for k, v in self.saved_tagged.items()}
+        self.ctx.emit(RecordType.SAVED, SavedRecord(step=step, cohorts=tuple(cohorts), tagged=tagged).to_dict())
         if len(self.saved_tagged) > MAX_COHORTS:
             for k in sorted(self.saved_tagged)[:-MAX_COHORTS]:
                 del self.saved_tagged[k]
