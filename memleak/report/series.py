@@ -104,10 +104,9 @@ def top_holders(run, suspects=(), n: int = TOP_HOLDERS) -> list[str]:
     """The holders worth drawing: those a suspect names first, then the most bytes ever held."""
     peak: dict[str, float] = {}
     for rec in getattr(run, "holders", []):
-        for h in rec.get("holders", []):
-            name = h.get("holder")
-            if name:
-                peak[name] = max(peak.get(name, 0.0), float(h.get("bytes") or 0))
+        for h in rec.holders:
+            if h.holder:
+                peak[h.holder] = max(peak.get(h.holder, 0.0), float(h.bytes))
     named = [s.location for s in suspects or () if s.location in peak]
     rest = sorted((k for k in peak if k not in named), key=lambda k: -peak[k])
     return list(dict.fromkeys([*named, *rest]))[:n]
@@ -131,8 +130,8 @@ def holder_series(run, names: list[str]) -> dict[str, pd.DataFrame]:
     for name in names:
         rows = []
         for rec in records:
-            h: dict = next((h for h in rec.get("holders", []) if h.get("holder") == name), {})
-            rows.append((rec["step"], h.get("bytes", 0) or 0, h.get("count", 0) or 0, h.get("nodes", 0) or 0))
+            h = next((h for h in rec.holders if h.holder == name), None)
+            rows.append((rec.step, 0, 0, 0) if h is None else (rec.step, h.bytes, h.count, h.nodes))
         out[name] = pd.DataFrame(rows, columns=["step", "bytes", "count", "nodes"], dtype=float)
     return out
 
@@ -146,15 +145,13 @@ def categories(
     that ever hold `min_share` of the total (a tenth of that for those in `keep`), on top,
     beside the line they make grow.
     ([], []) when the run has neither categories nor holders."""
-    records = [r for r in getattr(run, "module_records", []) if r.get("categories")]
+    records = [r for r in getattr(run, "module_records", []) if r.categories]
     walks = holder_series(run, holders) if holders else {}
     if records:
-        x = np.array([r["step"] for r in records], dtype=float)
-        layers = [
-            (label, np.array([r["categories"].get(k, 0) for r in records], dtype=float)) for k, label in CATEGORIES
-        ]
+        x = np.array([r.step for r in records], dtype=float)
+        layers = [(label, np.array([r.categories.get(k, 0) for r in records], dtype=float)) for k, label in CATEGORIES]
         layers = [(label, v) for label, v in layers if v.any()]
-        total = np.array([r["categories"].get("total", np.nan) for r in records], dtype=float)
+        total = np.array([r.categories.get("total", np.nan) for r in records], dtype=float)
     elif walks:
         x = np.asarray(next(iter(walks.values()))["step"], dtype=float)
         layers, total = [], _total_at(run, x)
@@ -217,17 +214,21 @@ def module_table(run) -> pd.DataFrame:
     """Per module over the detail steps: calls per step, the bytes its forward and backward
     allocate per step (means), what its forward leaves alive at step end, and the outputs
     still alive two or more steps later (at the last record)."""
-    records = [r for r in getattr(run, "module_records", []) if r.get("modules")]
+    records = [r for r in getattr(run, "module_records", []) if r.modules]
     if not records:
         return pd.DataFrame(columns=MODULE_COLUMNS)
     rows = pd.DataFrame(
-        [(m[0], m[1] / max(r.get("steps", 1), 1), m[2], m[3], m[4]) for r in records for m in r["modules"]],
+        [
+            (m.path, m.calls / max(r.steps, 1), m.fwd_bytes, m.bwd_bytes, m.left_bytes)
+            for r in records
+            for m in r.modules
+        ],
         columns=MODULE_COLUMNS[:5],
     )
     table = rows.groupby("module", sort=False).mean()
     kept: dict[str, float] = {}
-    for path, _born, _count, nbytes in records[-1].get("alive", []):
-        kept[path] = kept.get(path, 0.0) + nbytes
+    for out in records[-1].alive:
+        kept[out.path] = kept.get(out.path, 0.0) + out.bytes
     table["kept 2+ steps"] = [kept.get(m, 0.0) for m in table.index]
     return table.reset_index()
 
