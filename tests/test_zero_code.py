@@ -21,10 +21,10 @@ def memleak_cli(*args, cwd=None):
                           cwd=cwd, env=env, timeout=300)
 
 
-def test_memleak_run_finds_the_leak_in_an_unchanged_script(tmp_path):
+def test_memleak_run_finds_the_leak_in_an_unchanged_script_and_check_exits_1(tmp_path):
     out = tmp_path / "run"
-    result = memleak_cli("run", "--out", out, EXAMPLE, "--steps", 40)
-    assert result.returncode == 0, result.stderr
+    result = memleak_cli("run", "--out", out, "--check", EXAMPLE, "--steps", 40)
+    assert result.returncode == 1, result.stderr  # --check: a leak is exit status 1
     stdout = result.stdout
     assert "trained 40 steps" in stdout  # the script ran, with its own arguments
     assert "tracked 39 iterations of" in stdout and "model Sequential" in stdout
@@ -41,12 +41,6 @@ def test_memleak_run_on_the_fixed_script_is_clean(tmp_path):
     result = memleak_cli("run", "--out", tmp_path / "run", "--check", EXAMPLE, "--steps", 40, "--fixed")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verdict: LEAK" not in result.stdout
-
-
-def test_check_exits_1_on_a_leak(tmp_path):
-    result = memleak_cli("run", "--level", "counters", "--out", tmp_path / "run", "--check", EXAMPLE, "--steps", 40)
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "verdict: LEAK" in result.stdout
 
 
 def test_missing_script_is_a_one_line_error(tmp_path):
