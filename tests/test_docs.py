@@ -109,11 +109,13 @@ def test_quickstart_examples_run(tmp_path, monkeypatch):
 pytest_plugins = ["pytester"]
 
 
-@pytest.mark.parametrize("page", [ROOT / "README.md", ROOT / "docs" / "quickstart.md"], ids=["README", "quickstart"])
-def test_the_pytest_example_passes(page, pytester):
-    code = next(b for b in blocks(page, "python") if "memleak_check" in b)
-    pytester.makepyfile(test_example="import pytest\nimport torch\n\n" + code)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+def test_the_pytest_examples_pass(pytester):
+    """The README's and the quickstart's memleak_check examples, in one pytest subprocess."""
+    pages = {"readme": ROOT / "README.md", "quickstart": ROOT / "docs" / "quickstart.md"}
+    for name, page in pages.items():
+        code = next(b for b in blocks(page, "python") if "memleak_check" in b)
+        pytester.makepyfile(**{f"test_{name}": "import pytest\nimport torch\n\n" + code})
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=len(pages))
 
 
 LAYERS_WITHOUT_TORCH = ["memleak/detect", "memleak/run.py", "memleak/schema.py", "memleak/suspects.py",
