@@ -76,3 +76,16 @@ def ranks_text(ranks: list[int]) -> str:
 def where_ranks(ranks: list[int]) -> str:
     """[1] -> 'rank 1'; [0, 1, 2] -> 'ranks 0-2'."""
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
+
+
+def fmt_value(value: object) -> str:
+    """A value as an error message quotes it: short, never a 400-digit number, and never the
+    repr of a container (which may be deep, or share one big item a million times)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        return f"a {type(value).__name__} of {len(value)} item{'' if len(value) == 1 else 's'}"
+    if isinstance(value, (str, bytes)) and len(value) > 40:
+        return f"{value[:30]!r}... ({type(value).__name__} of {len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({type(value).__name__})"

@@ -34,7 +34,7 @@ def _report(args: argparse.Namespace) -> int:
     from ..analysis import analyze
     from ..io import load
 
-    report = analyze(load(args.path))
+    report = analyze(load(args.path, errors="skip" if args.skip_broken else "raise"))
     print(report)
     if args.output:
         paths = report.save(args.output)
@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="exit with status 1 when the verdict is leak")
     p.add_argument("--html", metavar="PAGE", help="write the report as one self-contained HTML page (opens offline)")
     p.add_argument("--open", action="store_true", help="open the HTML page in a web browser")
+    p.add_argument(
+        "--skip-broken",
+        action="store_true",
+        help="read around broken lines of a run file (each is noted in the report) instead of stopping at the first",
+    )
     p.set_defaults(func=_report)
 
     for module_name, (name, help_) in _EXTERNAL.items():

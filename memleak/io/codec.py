@@ -82,6 +82,23 @@ def n_masks(n_columns: int) -> int:
     return max(1, -(-n_columns // MASK_BITS))
 
 
+class BadFloats(ValueError):
+    """A layout record whose `floats` is not a list of column names (its columns are sound)."""
+
+
+def layout_columns(rec: dict, previous: list[str]) -> tuple[list[str], set[str]]:
+    """The step columns a layout record names and those of them that hold floats; ValueError
+    unless it extends the `previous` columns with distinct names and lists its floats by name."""
+    cols, floats = rec.get("columns"), rec.get("floats") or []
+    if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols) or cols[: len(previous)] != previous:
+        raise ValueError("a layout record must list the step columns, extending the previous layout")
+    if len(set(cols)) != len(cols) or "type" in cols:
+        raise ValueError("a layout record must name each step column once, and none 'type'")
+    if not isinstance(floats, list) or not all(isinstance(c, str) for c in floats):
+        raise BadFloats(f"a layout record's floats must be a list of column names, not {type(floats).__name__}")
+    return list(cols), set(floats)
+
+
 class Layout:
     """The step columns in force while reading, and the decoding of one step array."""
 
@@ -91,15 +108,7 @@ class Layout:
         self.seen = False
 
     def update(self, rec: dict) -> None:
-        cols = rec.get("columns")
-        if (
-            not isinstance(cols, list)
-            or not all(isinstance(c, str) for c in cols)
-            or cols[: len(self.columns)] != self.columns
-        ):
-            raise ValueError("a layout record must list the step columns, extending the previous layout")
-        self.columns = list(cols)
-        self.floats = set(rec.get("floats") or ())
+        self.columns, self.floats = layout_columns(rec, self.columns)
         self.seen = True
 
     def decode(self, arr: list, last: dict[str, Any]) -> dict:

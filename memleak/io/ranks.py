@@ -10,18 +10,23 @@ from typing import Any
 from ..errors import RunFileError, UsageError
 from ..run import MultiRun, Run
 from .reader import read_run_file
+from .validate import MAX_WORLD
 
 _RANK_NAME = re.compile(r"rank(\d+)-of(\d+)")
 
 
 def _rank_of(path: Path, meta: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The rank and world size from the header (checked when it was read), else from the
+    file's name (``rank{r}-of{w}``), which must name as few ranks as a header may."""
     rank, world = meta.get("rank"), meta.get("world_size")
     m = _RANK_NAME.search(path.name)
-    if rank is None and m:
-        rank = int(m.group(1))
-    if world is None and m:
-        world = int(m.group(2))
-    return (int(rank) if rank is not None else None, int(world) if world is not None else None)
+    if m and (rank is None or world is None):
+        named_rank, named_world = (int(g) if len(g) < 8 else MAX_WORLD for g in m.groups())
+        if not (named_rank < MAX_WORLD and 1 <= named_world < MAX_WORLD):
+            raise RunFileError(path, f"the file's name gives a rank or world size above {MAX_WORLD - 1}")
+        rank = named_rank if rank is None else rank
+        world = named_world if world is None else world
+    return rank, world
 
 
 def load_ranks(files: Iterable[str | Path], errors: str = "raise") -> MultiRun:

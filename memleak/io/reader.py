@@ -5,7 +5,6 @@ unusual, which names the broken line. A last line cut short is dropped and flagg
 from __future__ import annotations
 
 import io
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,8 +17,9 @@ import pandas as pd
 from ..errors import RunFileError, UsageError
 from ..run import Run
 from ..schema import EVENT, HEADER, SCHEMA_VERSION, STEP
-from .codec import LAYOUT, MASK_BITS, Layout
+from .codec import LAYOUT, MASK_BITS, Layout, layout_columns
 from .runfiles import second_writer, steps_in_order
+from .validate import MAX_VALUE, SKIP_HINT, capped, fix_header, fix_step, parse_line, take_layout
 
 
 def run_from_records(
@@ -78,7 +78,7 @@ def decode_lines(path: Path, split: tuple[list[bytes], bool], errors: str) -> tu
         if not raw.strip():
             continue
         try:
-            rec = json.loads(raw)
+            rec = parse_line(raw)
             if isinstance(rec, list):
                 if not seen_header:
                     raise ValueError("not a JSON object")
@@ -86,7 +86,7 @@ def decode_lines(path: Path, split: tuple[list[bytes], bool], errors: str) -> tu
             elif not isinstance(rec, dict):
                 raise ValueError("not a JSON object")
             elif rec.get("type") == LAYOUT and seen_header:
-                layout.update(rec)
+                problems += take_layout(layout, rec, n, errors)
                 continue
         except (ValueError, UnicodeDecodeError) as e:
             if n == len(lines) and not ends_cleanly and records:
@@ -102,11 +102,12 @@ def decode_lines(path: Path, split: tuple[list[bytes], bool], errors: str) -> tu
                 ) from None
             msg = f"line {n} is not a valid record ({e})"
             if errors == "raise":
-                raise RunFileError(path, msg + "; memleak.load(path, errors='skip') reads around it") from None
+                raise RunFileError(path, f"{msg}; {SKIP_HINT}") from None
             problems.append(msg + "; skipped")
             continue
         if not seen_header:
             _check_header(path, rec)
+            problems += fix_header(path, rec, n, errors)
             seen_header = True
         elif (mixed := second_writer(n, rec, last)) is not None:
             if errors == "raise":
@@ -114,12 +115,13 @@ def decode_lines(path: Path, split: tuple[list[bytes], bool], errors: str) -> tu
             problems.append(f"{path.name}: {mixed}; the {len(records)} records before it were read")
             break
         if rec.get("type") == STEP:
+            problems += fix_step(path, rec, n, errors)
             last.update(rec)
         records.append(rec)
-    return records, truncated, problems
+    return records, truncated, capped(problems)
 
 
-def read_fast(path: Path, data: bytes) -> Run | None:
+def read_fast(path: Path, data: bytes, errors: str = "raise") -> Run | None:
     """Bulk reader for a well-formed file of array-encoded steps; None sends the file to the
     line-by-line reader (which also explains what is wrong)."""
     whole = _whole_lines(data)
@@ -131,6 +133,7 @@ def read_fast(path: Path, data: bytes) -> Run | None:
     objects = _scan_objects(data)
     if objects is None or objects.meta is None:
         return None
+    problems += fix_header(path, objects.meta, 1, errors)
     steps = _step_table(data, objects)
     if steps is None:
         return None
@@ -149,7 +152,7 @@ def _whole_lines(data: bytes) -> tuple[bytes, bool, list[str]] | None:
     if cut == 0:
         return None
     try:
-        json.loads(data[cut:])
+        parse_line(data[cut:])
     except ValueError:
         whole = data[:cut].count(b"\n")
         return (
@@ -180,11 +183,11 @@ class _Objects:
                 return False
             self.meta = {k: v for k, v in rec.items() if k != "type"}
         elif kind == LAYOUT:
-            cols = rec.get("columns")
-            prev = self.layouts[-1][1] if self.layouts else []
-            if not isinstance(cols, list) or cols[: len(prev)] != prev or len(set(cols)) != len(cols):
+            try:
+                cols, floats = layout_columns(rec, self.layouts[-1][1] if self.layouts else [])
+            except ValueError:
                 return False
-            self.layouts.append((rows_before, list(cols), set(rec.get("floats") or ())))
+            self.layouts.append((rows_before, cols, floats))
         elif kind == STEP or kind == HEADER:
             return False
         elif kind == EVENT:
@@ -207,7 +210,7 @@ def _scan_objects(data: bytes) -> _Objects | None:
         for c in chars:
             chars[c] += line.count(c)
         try:
-            rec = json.loads(line)
+            rec = parse_line(line)
         except ValueError:
             return None
         if not isinstance(rec, dict) or not objects.add(rec, rows_before):
@@ -254,7 +257,10 @@ def _decode_arrays(
     masks = _read_masks(a, c_row, k_row)
     if masks is None:
         return None
-    out, rank = _fill_columns(a, masks, k_row, layouts[-1][1], layouts[-1][2])
+    filled = _fill_columns(a, masks, k_row, layouts[-1][1], layouts[-1][2])
+    if filled is None:
+        return None
+    out, rank = filled
     # every row holds exactly its masks and the values they announce: nothing after them,
     # and (nulls and empty fields both read as NaN) one comma less than its fields
     for f in range(1, width):
@@ -310,9 +316,10 @@ def _read_masks(a: np.ndarray, c_row: np.ndarray, k_row: np.ndarray) -> np.ndarr
 
 def _fill_columns(
     a: np.ndarray, masks: np.ndarray, k_row: np.ndarray, columns: list[str], floats: set[str]
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
+) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
     """Each column from the values its mask bit announces, carried forward over the steps that
-    left it unchanged; and, per row, the field after its last value."""
+    left it unchanged; and, per row, the field after its last value. None when a value is out
+    of range."""
     n = len(k_row)
     rows = np.arange(n)
     rank = k_row.copy()  # next value's field in each row
@@ -321,6 +328,10 @@ def _fill_columns(
         bit = ((masks[:, j // MASK_BITS] >> (j % MASK_BITS)) & 1).astype(bool)
         set_rows = rows[bit]
         vals = a[rank[set_rows], set_rows]
+        # an infinity, or an integer an int64 cannot hold (2**63+7 would wrap when cast): the
+        # line-by-line reader names its line and column
+        if (np.abs(vals) >= (np.inf if name in floats else MAX_VALUE)).any():
+            return None
         rank += bit
         if name == "step":
             vals = vals - set_rows  # an unset step is the previous one plus one
@@ -352,7 +363,7 @@ def read_run_file(path: str | os.PathLike, errors: str = "raise") -> Run:
         raise RunFileError(path, f"cannot read the file: {e.strerror or e}") from None
     if not data[:4096].strip() and not data.strip():
         raise RunFileError(path, "the file is empty: no run was recorded in it")
-    run = read_fast(path, data)
+    run = read_fast(path, data, errors)
     if run is not None and steps_in_order(run.steps):
         return run
     records, truncated, problems = decode_lines(path, split_lines(data), errors)

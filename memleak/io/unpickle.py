@@ -75,13 +75,30 @@ def bounded_memory(file_size: int) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def _unpickle(path: Path) -> Any:
+# The rows (segments, blocks, trace entries) a snapshot pickle of a given size may list. A real
+# block costs at least ~20 bytes of pickle (a dict of size and state, with address, requested
+# size and frames since torch 2.1: each key a 2-byte memo reference, each size a 5- to 9-byte
+# int), a trace entry more; but a block the pickle already built costs 2 bytes (a memo
+# reference), so an 18 KB file can list one block 9 million times (3 GB of tables). 8 bytes a
+# row stays below every real snapshot (no real file is refused) and bounds what a file can
+# ask for to a small multiple of its size; the floor keeps small files from being judged
+# on a few bytes of overhead.
+MIN_ROWS = 100_000
+PICKLE_BYTES_PER_ROW = 8
+
+
+def max_snapshot_rows(file_size: int) -> int:
+    """The most segments, blocks and trace entries a snapshot pickle of this size may list."""
+    return max(MIN_ROWS, file_size // PICKLE_BYTES_PER_ROW)
+
+
+def _unpickle(path: Path) -> tuple[Any, int]:
     try:
         size = path.stat().st_size
         if size == 0:
             raise RunFileError(path, "the file is empty: no snapshot was written to it")
         with open(path, "rb") as fh, bounded_memory(size):
-            return _PlainUnpickler(fh).load()
+            return _PlainUnpickler(fh).load(), size
     except _Refused as e:
         raise RunFileError(
             path,
@@ -121,15 +138,11 @@ def load_snapshot(path: str | os.PathLike) -> Snapshot:
     pickled ``torch.cuda.memory_snapshot()`` list. Raises RunFileError naming the file
     when it is unreadable, hostile or not a snapshot."""
     p = Path(path)
-    data = _unpickle(p)
+    data, size = _unpickle(p)
     try:
-        return Snapshot.from_data(data, path=str(p))
+        return Snapshot.from_data(data, path=str(p), max_rows=max_snapshot_rows(size))
     except NotASnapshot as e:
-        raise RunFileError(p, f"this pickle is not a PyTorch memory snapshot: {e}") from None
-    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
-        raise RunFileError(
-            p, f"this pickle is not a PyTorch memory snapshot: a field is missing or has the wrong type ({e!r})"
-        ) from None
+        raise RunFileError(p, f"this pickle is not a PyTorch memory snapshot: {e.problem}") from None
 
 
 def as_snapshot(s: Snapshot | str | os.PathLike) -> Snapshot:

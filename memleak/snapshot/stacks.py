@@ -10,7 +10,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..units import fmt_value
+from .layout import NotASnapshot
+
 NO_STACK = "<no stack recorded>"
+
+#: Characters of formatted stacks allowed per table row that a snapshot may hold (with a
+#: file, rows are bounded by its size): real stacks are shared by many blocks, so they take far
+#: less; a pickle that repeats one long file name in a deep stack would take far more.
+STACK_CHARS_PER_ROW = 512
 
 #: A frame as a hashable (filename, line, name): the key stacks are cached by.
 _FRAME_KEY = operator.itemgetter("filename", "line", "name")
@@ -38,7 +46,9 @@ class Stacks:
     not shared hit the cache by content. Lists stay alive in the snapshot data while
     this runs, so their ids are stable."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_chars: int | None = None) -> None:
+        self.max_chars = max_chars  # of formatted stacks in all; None: unbounded
+        self.chars = 0
         self.tops: dict[str, int] = {}
         self.fulls: dict[str, int] = {}
         self._by_list: dict[int, tuple[int, int]] = {}
@@ -58,6 +68,7 @@ class Stacks:
         return c
 
     def _format(self, frames: tuple[tuple, ...]) -> tuple[int, int]:
+        self._count(frames)
         top = next((f for f in frames if _is_user_frame(f[0])), None)
         if top is None:  # no user frame: the innermost Python frame, else the innermost frame
             top = next((f for f in frames if f[0].endswith(".py")), frames[0])
@@ -66,6 +77,22 @@ class Stacks:
             self.tops.setdefault(_frame_str(top, full=False), len(self.tops)),
             self.fulls.setdefault(full, len(self.fulls)),
         )
+
+    def _count(self, frames: tuple[tuple, ...]) -> None:
+        """Check each frame's fields and count the characters the stack will take, before it is
+        formatted; NotASnapshot when a field has the wrong type or the total passes max_chars."""
+        for filename, line, name in frames:
+            if type(filename) is not str or type(name) is not str or type(line) is not int or abs(line) >= 1 << 63:
+                raise NotASnapshot(
+                    f"a stack frame {{filename: {fmt_value(filename)}, line: {fmt_value(line)}, "
+                    f"name: {fmt_value(name)}}} is not a file name, a line number and a function name"
+                )
+            self.chars += len(filename) + len(name) + 24
+        if self.max_chars is not None and self.chars > self.max_chars:
+            raise NotASnapshot(
+                f"its allocation stacks would take more than {self.max_chars:,} characters to print, "
+                "far more than a snapshot of its size holds (the file is corrupt, or built to exhaust memory)"
+            )
 
     def columns(self, codes: Iterable[tuple[int, int]]) -> tuple[pd.Categorical, pd.Categorical]:
         pairs = np.array(list(codes), dtype=np.int64).reshape(-1, 2)

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 
 from ..units import fmt_bytes
-from .layout import read_layout
-from .stacks import NO_STACK, Stacks
+from .checks import check_settings
+from .layout import NotASnapshot, read_layout
+from .stacks import NO_STACK, STACK_CHARS_PER_ROW, Stacks
 from .tables import ALLOCATED, INACTIVE, PENDING_FREE, segment_tables, trace_table
 
 FRAGMENTATION_COLUMNS = [
@@ -65,12 +66,20 @@ class Snapshot:
         self.path = path
 
     @classmethod
-    def from_data(cls, data: Any, path: str | None = None) -> Snapshot:
-        """Build from an unpickled snapshot (dict or list of segments)."""
-        segments, traces, settings = read_layout(data)
-        stacks = Stacks()
-        seg_df, blocks = segment_tables(segments, stacks)
-        return cls(seg_df, blocks, trace_table(traces, stacks), settings, path)
+    def from_data(cls, data: Any, path: str | None = None, max_rows: int | None = None) -> Snapshot:
+        """Build from an unpickled snapshot (dict or list of segments). Data that is no snapshot,
+        or holds a field of the wrong type or out of range, raises `NotASnapshot` (a
+        `RunFileError` naming `path`, when given, and the field); with `max_rows`, so does
+        data listing more segments, blocks and trace entries than that."""
+        try:
+            segments, traces, settings = read_layout(data, max_rows)
+            stacks = Stacks(max_chars=None if max_rows is None else STACK_CHARS_PER_ROW * max_rows)
+            seg_df, blocks = segment_tables(segments, stacks)
+            return cls(seg_df, blocks, trace_table(traces, stacks), check_settings(settings), path)
+        except NotASnapshot as e:
+            raise NotASnapshot(e.problem, path) from None
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError, IndexError) as e:
+            raise NotASnapshot(f"a field is missing or has the wrong type ({type(e).__name__}: {e})", path) from None
 
     # -------------------------------------------------------- analysis
 
