@@ -7,6 +7,9 @@ import re
 
 from .errors import UsageError
 
+#: One past the largest integer a run file or snapshot table holds: every count, size and address fits an int64.
+INT64_LIMIT = 1 << 63
+
 _UNITS = {
     "": 1,
     "b": 1,

@@ -14,11 +14,10 @@ from typing import Any
 
 from ..errors import RunFileError
 from ..schema import STEP_COLUMNS
+from ..units import INT64_LIMIT as MAX_VALUE  # step values and byte counts fit the int64 step columns
 from ..units import fmt_value
 from .codec import BadFloats, Layout
 
-#: Every step value and byte count must fit an int64, which is what the step columns are.
-MAX_VALUE = 1 << 63
 #: The most ranks a run may declare: `MultiRun` lists the ranks that are missing.
 MAX_WORLD = 1 << 20
 #: Problems listed one by one: a file broken on every line gives a short report, not one note a line.

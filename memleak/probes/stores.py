@@ -15,6 +15,8 @@ import os
 from functools import lru_cache
 from typing import Any
 
+from .frames import is_user_file
+
 #: Methods that put an element into a container.
 _ADDERS = frozenset(
     {"append", "extend", "insert", "add", "update", "setdefault", "appendleft", "extendleft", "put", "push"}
@@ -123,20 +125,20 @@ def source_regions(frames: list, model: Any) -> list[tuple[str, int, int]]:
 
 
 def _user_classes(model: Any) -> list[type]:
-    if model is None:
-        return []
-    seen = dict.fromkeys(type(m) for m in model.modules())
-    return [c for c in seen if not c.__module__.startswith(("torch.", "memleak."))]
+    return [] if model is None else list(dict.fromkeys(type(m) for m in model.modules()))
 
 
 @lru_cache(maxsize=256)
 def _class_span(cls: type) -> tuple[str, int, int] | None:
+    """(file, first, last line) of a class defined in the user's code, else None."""
     try:
-        lines, first = inspect.getsourcelines(cls)
         filename = inspect.getsourcefile(cls)
+        if not filename or not is_user_file(filename):  # torch's, memleak's or a library's
+            return None
+        lines, first = inspect.getsourcelines(cls)
     except (OSError, TypeError):
         return None
-    return (filename, first, first + len(lines) - 1) if filename else None
+    return filename, first, first + len(lines) - 1
 
 
 def find_store(holder: str, regions: list[tuple[str, int, int]]) -> str | None:

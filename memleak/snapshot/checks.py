@@ -12,11 +12,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..units import INT64_LIMIT as MAX_VALUE  # sizes, addresses and counts fit the int64 tables
 from ..units import fmt_value
 from .layout import NotASnapshot
 
-#: Sizes, addresses and counts fit an int64, which is what the tables hold them in.
-MAX_VALUE = 1 << 63
 _NONE = type(None)
 
 
