@@ -45,3 +45,38 @@ def import_error_without(module: str, blocked: tuple[str, ...]) -> str:
             f"else:\n"
             f"    raise SystemExit('the import succeeded')\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+class CliResult:
+    """What a `memleak ...` command left behind: its exit status and what it printed."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def memleak_in_process(*args, cwd=None) -> CliResult:
+    """Run `memleak ARGS` through the same `main()` the console script calls, in this process:
+    the tests that assert what the command prints and returns need no fresh interpreter, whose
+    torch import costs seconds. An exception other than the command's own exit fails the test,
+    as a traceback would. The end-to-end subprocess runs live in test_cli.py and test_zero_code.py."""
+    import contextlib
+    import io
+    import os
+    import warnings
+
+    from memleak.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # as PYTHONWARNINGS=ignore does for the subprocess runs
+            try:
+                status = main([str(a) for a in args])
+            except SystemExit as e:  # argparse's usage errors and --help/--version
+                status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.chdir(here)
+    return CliResult(status, out.getvalue(), err.getvalue())

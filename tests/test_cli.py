@@ -1,4 +1,8 @@
-"""The `memleak` command as users run it: a subprocess, exit codes, one-line errors."""
+"""The `memleak` command: exit codes, one-line errors, the files it writes.
+
+Most cases call the command's `main()` in this process (tests/helpers.py); the report on the
+shipped run goes through `python -m memleak` in a subprocess, as users run it, and the console
+script is run for its version."""
 import json
 import os
 import subprocess
@@ -6,15 +10,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import memleak_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_RUN = ROOT / "tests" / "data" / "example_run"
 
 
-def memleak(*args, cwd=None, timeout=120):
+def memleak_subprocess(*args, cwd=None, timeout=120):
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "memleak", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=timeout)
+
+
+memleak = memleak_in_process
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +59,7 @@ def test_report_check_exits_1_on_a_leak(demo):
 
 def test_report_on_the_shipped_example_run():
     assert (EXAMPLE_RUN / "run.jsonl").stat().st_size < 200 * 1024  # it ships in the repository
-    result = memleak("report", "--check", EXAMPLE_RUN)
+    result = memleak_subprocess("report", "--check", EXAMPLE_RUN)
     assert result.returncode == 1, result.stderr  # the example leaks, on purpose
     assert "verdict: LEAK: cached_tensor at encoder.1.cache" in result.stdout
 

@@ -110,12 +110,12 @@ pytest_plugins = ["pytester"]
 
 
 def test_the_pytest_examples_pass(pytester):
-    """The README's and the quickstart's memleak_check examples, in one pytest subprocess."""
+    """The README's and the quickstart's memleak_check examples, in one inner pytest session."""
     pages = {"readme": ROOT / "README.md", "quickstart": ROOT / "docs" / "quickstart.md"}
     for name, page in pages.items():
         code = next(b for b in blocks(page, "python") if "memleak_check" in b)
         pytester.makepyfile(**{f"test_{name}": "import pytest\nimport torch\n\n" + code})
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=len(pages))
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=len(pages))
 
 
 LAYERS_WITHOUT_TORCH = ["memleak/detect", "memleak/run.py", "memleak/schema.py", "memleak/suspects.py",

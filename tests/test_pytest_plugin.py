@@ -1,4 +1,7 @@
-"""The pytest plugin, run through pytester: a leaking step fails with its suspect, the fixed one passes."""
+"""The pytest plugin, run through pytester: a leaking step fails with its suspect, the fixed one passes.
+
+The inner pytest sessions run in this process (each new interpreter would pay seconds to import
+torch); the plugin is still found through its entry point, as a fresh session loads them."""
 import os
 import subprocess
 import sys
@@ -40,7 +43,7 @@ def one_thread(monkeypatch):
 
 def run(pytester, source, *args):
     pytester.makepyfile(test_step=source)
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
 
 
 def _three_steps() -> str:
@@ -58,15 +61,31 @@ def _three_steps() -> str:
 
 @pytest.fixture(scope="module")
 def three_steps(tmp_path_factory):
-    """The three steps in one pytest subprocess (each new interpreter pays for importing torch)."""
+    """The three steps in one inner pytest session, shared by the tests that read its output."""
     folder = tmp_path_factory.mktemp("plugin")
     (folder / "test_steps.py").write_text(_three_steps())
     out = folder / "runs"
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--memleak-out={out}", "test_steps.py"],
-        cwd=folder, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    return result.stdout, out
+    return _pytest_in_process(folder, "-p", "no:cacheprovider", "-rA", f"--memleak-out={out}", "test_steps.py"), out
+
+
+def _pytest_in_process(folder, *args) -> str:
+    """What `pytest ARGS` run in `folder` prints, from a session in this process (pytester's
+    in-process run, which a module-scoped fixture cannot use): the test module it imports is
+    forgotten afterwards, and the working directory restored."""
+    import contextlib
+    import io
+
+    modules, here, printed = set(sys.modules), os.getcwd(), io.StringIO()
+    try:
+        os.chdir(folder)
+        with contextlib.redirect_stdout(printed):
+            pytest.main(list(args))
+    finally:
+        os.chdir(here)
+        for name in set(sys.modules) - modules:
+            if name == "test_steps" or name.startswith("test_steps."):
+                del sys.modules[name]
+    return printed.getvalue()
 
 
 def _section(out: str, test: str) -> str:
@@ -142,9 +161,9 @@ def test_plugin_imports_without_torch():
 
 
 def test_plugin_is_registered_by_the_entry_point(pytester):
-    result = pytester.runpytest_subprocess("--markers")
+    result = pytester.runpytest_inprocess("--markers")
     result.stdout.fnmatch_lines(["*@pytest.mark.memleak(steps=*"])
-    result = pytester.runpytest_subprocess("--help")
+    result = pytester.runpytest_inprocess("--help")
     result.stdout.fnmatch_lines(["*--memleak-out*"])
 
 

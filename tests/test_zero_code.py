@@ -1,4 +1,8 @@
-"""`memleak run script.py`: an unchanged script, its iterations and model found from optimizer steps."""
+"""`memleak run script.py`: an unchanged script, its iterations and model found from optimizer steps.
+
+The leaking example runs in a subprocess, as users run it; the other command-line cases call the
+command's `main()` in this process (tests/helpers.py), which also checks that `memleak run`
+leaves this interpreter as it found it."""
 import os
 import subprocess
 import sys
@@ -9,6 +13,7 @@ import pytest
 import torch
 
 import memleak
+from helpers import memleak_in_process
 from memleak.integrations.zero_code import ZeroCodeSession, run_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,13 +43,13 @@ def test_memleak_run_finds_the_leak_in_an_unchanged_script_and_check_exits_1(tmp
 
 
 def test_memleak_run_on_the_fixed_script_is_clean(tmp_path):
-    result = memleak_cli("run", "--out", tmp_path / "run", "--check", EXAMPLE, "--steps", 40, "--fixed")
+    result = memleak_in_process("run", "--out", tmp_path / "run", "--check", EXAMPLE, "--steps", 40, "--fixed")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verdict: LEAK" not in result.stdout
 
 
 def test_missing_script_is_a_one_line_error(tmp_path):
-    result = memleak_cli("run", tmp_path / "nope.py")
+    result = memleak_in_process("run", tmp_path / "nope.py")
     assert result.returncode == 2
     assert result.stderr.strip().startswith("memleak: error: ") and "no such script" in result.stderr
     assert "Traceback" not in result.stderr
@@ -164,14 +169,14 @@ def test_sys_exit_status_is_kept(tmp_path):
 
 def test_a_script_without_optimizer_steps_says_so(tmp_path):
     script = write(tmp_path, "print('inference only')\n")
-    result = memleak_cli("run", "--out", tmp_path / "out", script)
+    result = memleak_in_process("run", "--out", tmp_path / "out", script)
     assert result.returncode == 2
     assert "inference only" in result.stdout
     assert "no iteration was tracked" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_run_as_a_module(tmp_path):
-    pkg = tmp_path / "pkg"
+    pkg = tmp_path / "zc_pkg"  # a name no other test imports: the module stays in sys.modules
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "train.py").write_text(textwrap.dedent("""
@@ -182,9 +187,12 @@ def test_run_as_a_module(tmp_path):
             model(torch.randn(2, 4)).sum().backward()
             opt.step()
     """))
-    result = memleak_cli("run", "--level", "counters", "--out", tmp_path / "out", "-m", "pkg.train", cwd=tmp_path)
+    before = global_hooks()
+    result = memleak_in_process("run", "--level", "counters", "--out", tmp_path / "out", "-m", "zc_pkg.train",
+                                cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "tracked 19 iterations of -m pkg.train, model Linear" in result.stdout
+    assert "tracked 19 iterations of -m zc_pkg.train, model Linear" in result.stdout
+    assert global_hooks() == before
 
 
 @pytest.mark.cuda
@@ -198,6 +206,6 @@ def test_memleak_run_on_cuda(tmp_path):
 def test_bad_options_fail_before_the_script_runs(tmp_path):
     script = write(tmp_path, "print('ran')\n")
     for option in (["--budget", "lots"], ["--device", "nonsense"]):
-        result = memleak_cli("run", *option, script)
+        result = memleak_in_process("run", *option, script)
         assert result.returncode == 2 and "ran" not in result.stdout
         assert result.stderr.startswith("memleak: error: ") and "Traceback" not in result.stderr
