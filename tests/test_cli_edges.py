@@ -95,7 +95,7 @@ def test_report_on_a_run_file_with_a_nul_byte(capsys, tmp_path, where):
 
 
 def test_report_on_a_snapshot_pickle_end_to_end(tmp_path):
-    """`memleak report x.pickle`, as the README says, in a subprocess as users run it."""
+    """`memleak report x.pickle`, as the README says, through the command's main()."""
     path = sf.write(tmp_path / "x.pickle", sf.fragmented())
     result = memleak("report", path, "-o", tmp_path / "out")
     assert result.returncode == 0, result.stderr
