@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..schema import Divergence, Finding, Suspect, Verdict, to_jsonable
+from .files import PNG_METADATA, check_free
 from .text import render
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
@@ -91,22 +92,25 @@ class Report:
 
     def save(self, folder: str | Path) -> list[Path]:
         """Write report.txt, report.html, findings.json and the PNG plots into `folder` (and each
-        rank's report.txt under rank{r}/ for a distributed run); return the paths."""
+        rank's report.txt under rank{r}/ for a distributed run); return the paths. An earlier
+        report there is replaced; a file of those names that memleak did not write is a UsageError,
+        raised before anything is written."""
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"{folder}: exists and is not a folder; report.save writes its files into a folder")
-        folder.mkdir(parents=True, exist_ok=True)
         written = [folder / "report.txt", folder / "report.html", folder / "findings.json", folder / "memory.png"]
+        ranks = [folder / f"rank{rank}" / "report.txt" for rank in self.ranks]
+        check_free(written + ranks + [folder / "suspects.png", folder / "holders.png"])
+        folder.mkdir(parents=True, exist_ok=True)
         written[0].write_text(str(self) + "\n", encoding="utf-8")
         written[1].write_text(self.to_html(), encoding="utf-8")
-        written[2].write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        self.plot().savefig(written[3], dpi=110, bbox_inches="tight")
+        written[2].write_text(json.dumps({"generator": "memleak", **self.to_dict()}, indent=2) + "\n", encoding="utf-8")
+        self.plot().savefig(written[3], dpi=110, bbox_inches="tight", metadata=PNG_METADATA)
         written += self._save_more_plots(folder)
-        for rank, rep in self.ranks.items():
-            sub = folder / f"rank{rank}"
-            sub.mkdir(exist_ok=True)
-            (sub / "report.txt").write_text(str(rep) + "\n", encoding="utf-8")
-            written.append(sub / "report.txt")
+        for rep, path in zip(self.ranks.values(), ranks, strict=True):
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(str(rep) + "\n", encoding="utf-8")
+            written.append(path)
         return written
 
     def _save_more_plots(self, folder: Path) -> list[Path]:
@@ -119,6 +123,6 @@ class Report:
         written = []
         for name, fig in figs.items():
             if fig is not None:
-                fig.savefig(folder / name, dpi=110, bbox_inches="tight")
+                fig.savefig(folder / name, dpi=110, bbox_inches="tight", metadata=PNG_METADATA)
                 written.append(folder / name)
         return written
