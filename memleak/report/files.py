@@ -10,22 +10,21 @@ from ..errors import UsageError
 # What each file memleak writes carries near its start, and where.
 PNG_METADATA = {"Software": "memleak"}
 _MARKS = {
-    ".txt": b"memleak report:",
-    ".html": b"<title>memleak report:",
-    ".json": b'"generator": "memleak"',
-    ".png": b"Software\x00memleak",
+    ".txt": (b"memleak report:",),
+    ".html": (b"<title>memleak report:",),
+    ".json": (b'"generator": "memleak"', b'{\n  "verdict": "'),  # the second: reports before the mark
+    ".png": (b"Software\x00memleak",),
 }
 _HEAD = 4096  # every mark lies in the first bytes; PNG text chunks come before the image data
 
 
 def written_by_memleak(path: Path) -> bool:
     """Whether the file at `path` is one that report.save wrote."""
-    mark = _MARKS.get(path.suffix)
-    if mark is None:
-        return False
+    marks = _MARKS.get(path.suffix, ())
     try:
         with open(path, "rb") as fh:
-            return mark in fh.read(_HEAD)
+            head = fh.read(_HEAD)
+        return any(mark in head for mark in marks)
     except OSError:
         return False
 
