@@ -6,6 +6,7 @@ import pytest
 
 import snapshot_factory as sf
 from memleak.cli import main
+from memleak.report import Report
 from test_cli import EXAMPLE_RUN, assert_one_error_line, memleak
 
 
@@ -114,3 +115,15 @@ def test_report_does_not_import_torch():
             "print('TORCH' if 'torch' in sys.modules else 'NO TORCH')")
     out = subprocess.run([sys.executable, "-c", code, str(EXAMPLE_RUN)], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().endswith("NO TORCH"), out.stdout[-300:] + out.stderr[-2000:]
+
+
+def test_report_into_a_folder_it_cannot_write_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    def read_only(self, folder):
+        raise OSError(errno.EROFS, "Read-only file system", str(folder))
+
+    monkeypatch.setattr(Report, "save", read_only)
+    result = memleak("report", EXAMPLE_RUN, "-o", tmp_path / "ro")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"memleak: error: {tmp_path / 'ro'}: Read-only file system"

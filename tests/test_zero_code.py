@@ -209,3 +209,27 @@ def test_bad_options_fail_before_the_script_runs(tmp_path):
         result = memleak_in_process("run", *option, script)
         assert result.returncode == 2 and "ran" not in result.stdout
         assert result.stderr.startswith("memleak: error: ") and "Traceback" not in result.stderr
+
+
+def test_a_report_that_cannot_be_written_is_still_shown(tmp_path, monkeypatch):
+    import errno
+
+    def full_disk(self, folder):
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder))
+
+    monkeypatch.setattr(memleak.Report, "save", full_disk)
+    script = write(tmp_path, """
+        import torch
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(12):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+    """)
+    result = memleak_in_process("run", "--level", "counters", "--out", tmp_path / "out", script)
+    assert result.returncode == 0, result.stderr
+    assert "memleak report:" in result.stdout and "written to" not in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the report could not be written into" in lines[0], result.stderr
+    assert "No space left on device" in lines[0]
+

@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     except MemleakError as e:
         print(f"memleak: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a folder it may not write, a full disk: the file and the reason
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"memleak: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

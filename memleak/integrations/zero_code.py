@@ -257,11 +257,17 @@ def main(args: argparse.Namespace) -> int:
             return status
         raise UsageError(msg)
     report = session.tracker.report()
-    report.save(args.out)
+    try:
+        report.save(args.out)
+        written = f"\nmemleak: run and report written to {args.out}/"
+    except (OSError, UsageError) as e:  # the script ran: still show what was found
+        written = ""
+        print(f"memleak: the report could not be written into {args.out}: {e}", file=sys.stderr)
     model = f", model {session.model_name}" if session.model_name else ", no model found (no module probes)"
     print(f"\nmemleak: tracked {session.steps} iterations of {name}{model}")
     print(report)
-    print(f"\nmemleak: run and report written to {args.out}/")
+    if written:
+        print(written)
     if error is not None:
         raise error
     if status:
