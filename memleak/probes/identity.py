@@ -56,10 +56,27 @@ def is_compiled(model) -> bool:
     return any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
 
 
+def original_module(model):
+    """The module the user wrote: ``torch.compile(m)`` wraps ``m`` in an OptimizedModule that
+    keeps it as ``_orig_mod``; anything else is returned as it is."""
+    while model is not None and type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+        model = model._orig_mod
+    return model
+
+
+def user_path(name: str) -> str:
+    """A module path as the user's code spells it: without the ``_orig_mod`` step that
+    ``torch.compile`` adds for each compiled module (``enc._orig_mod.fc`` -> ``enc.fc``)."""
+    if "_orig_mod" not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
+
+
 def module_names(model) -> dict[int, str]:
+    """Module path by module id, in the user's spelling (a compiled wrapper shares its module's path)."""
     if model is None:
         return {}
-    return {id(m): name for name, m in model.named_modules(remove_duplicate=True)}
+    return {id(m): user_path(name) for name, m in model.named_modules(remove_duplicate=True)}
 
 
 def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
