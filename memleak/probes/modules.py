@@ -38,7 +38,7 @@ from ..records import Event, ModuleOutputs, ModuleRow, ModulesRecord
 from ..schema import RecordType
 from . import Probe, ProbeContext, Unavailable
 from .holders import holders_record, walk_roots
-from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes, user_path
+from .identity import Ages, excluded_ids, is_compiled, local_tensor, tensor_nbytes, user_path
 
 MAX_OUTPUTS = 4  # tensors kept (weakly) per module call on detail steps
 MAX_COHORTS = 8
@@ -274,6 +274,7 @@ class ModuleProbe(Probe):
         seen: set[int] = set()
 
         def size(t) -> int:
+            t = local_tensor(t)  # FSDP2: this rank's shard, not the global size
             try:
                 ptr = t.data_ptr()
             except (RuntimeError, NotImplementedError, TypeError):
