@@ -85,12 +85,18 @@ class MemleakCallback(FitCallbackMixin, transformers.TrainerCallback):  # type: 
 
 
 def _calling_trainer():
-    """The `transformers.Trainer` whose method is calling this callback (a few frames up), or None."""
+    """The `transformers.Trainer` whose method is calling this callback (a few frames up), or None.
+
+    Reads the locals of Trainer's own frames only: on Python < 3.13 ``f_locals`` leaves a copy of
+    a frame's locals on it, which would keep the caller's objects alive after they are deleted."""
+    trainer_file = getattr(sys.modules.get("transformers.trainer"), "__file__", None)
     frame = sys._getframe(1)
     for _ in range(8):
         frame = frame.f_back
-        if frame is None:
+        if frame is None or trainer_file is None:
             return None
+        if frame.f_code.co_filename != trainer_file:
+            continue
         obj = frame.f_locals.get("self")
         if isinstance(obj, transformers.Trainer):
             return obj
