@@ -1,104 +1,21 @@
-"""Distributed runs: one file per rank, merged by memleak.load(folder), reported per rank."""
+"""Distributed runs: one file per rank, merged by memleak.load(folder), reported per rank (synthetic
+ranks; real gloo ranks in tests/stacks/test_ddp_fsdp2.py)."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import memleak
-from memleak.cli import main as cli_main
 from memleak.io import load_ranks
-from memleak.run import MultiRun
 from memleak.io import RunWriter
 
 KIB, MIB = 1024, 2**20
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, world: int, port: int, out: str, steps: int, leak_rank: int) -> None:
-    """One DDP rank on gloo/CPU; `leak_rank` keeps 256 KiB a step alive."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        from helpers import make_model
-        model = torch.nn.parallel.DistributedDataParallel(make_model())
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        gen = torch.Generator().manual_seed(rank)
-        keep = []
-        with memleak.track(model, optimizer=opt, out=out, level="counters"):
-            for _ in range(steps):
-                loss = model(torch.randn(16, 64, generator=gen)).pow(2).mean()
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                if rank == leak_rank:
-                    keep.append(torch.ones(256 * KIB // 4))
-        torch.distributed.barrier()
-    finally:
-        torch.distributed.destroy_process_group()
-
-
-@pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ddp")
-    t0 = time.perf_counter()
-    torch.multiprocessing.spawn(_worker, args=(2, _free_port(), str(out), 40, 1), nprocs=2, join=True)
-    print(f"2 gloo ranks, 40 steps: {time.perf_counter() - t0:.1f} s")
-    return out
-
-
-def test_each_rank_writes_its_own_file_with_rank_and_world_in_name_and_header(ddp_run):
-    files = sorted(p.name for p in ddp_run.glob("*.jsonl"))
-    assert files == ["run-rank0-of2.jsonl", "run-rank1-of2.jsonl"]
-    for r in (0, 1):
-        header = json.loads((ddp_run / f"run-rank{r}-of2.jsonl").read_text().splitlines()[0])
-        assert (header["rank"], header["world_size"]) == (r, 2)
-
-
-def test_a_leak_on_rank_1_only_is_reported_on_rank_1_and_not_on_rank_0(ddp_run):
-    run = memleak.load(ddp_run)
-    assert isinstance(run, MultiRun)
-    assert list(run.ranks) == [0, 1]
-    assert list(run.steps.columns[:2]) == ["rank", "step"]
-    assert run.steps.groupby("rank").size().to_dict() == {0: 40, 1: 40}
-    assert run.meta["world_size"] == 2
-    report = memleak.analyze(run)
-    assert sorted(report.ranks) == [0, 1]
-    assert report.ranks[1].verdict == "leak"
-    assert report.ranks[0].verdict != "leak"
-    assert report.verdict == "leak" and report.leak
-    assert report.suspects[0].location.startswith("rank 1: ")
-    assert not any(s.location.startswith("rank 0") and s.leak and s.confidence >= 0.5 for s in report.suspects)
-    assert [(d.rank, d.kind) for d in report.divergences] == [(1, "leaks_alone")]
-    text = str(report)
-    print(text)
-    assert "LEAK on rank 1" in text and "rank 0 does not leak" in text
-    assert "rank 1 leaks" in text
-
-
-def test_report_saves_plots_and_works_from_the_cli(ddp_run, tmp_path, capsys):
-    report = memleak.analyze(memleak.load(ddp_run))
-    fig = report.plot()
-    assert len(fig.axes[0].lines) == 2
-    paths = report.save(tmp_path / "out")
-    names = {p.relative_to(tmp_path / "out").as_posix() for p in paths}
-    assert {"report.txt", "findings.json", "memory.png", "rank0/report.txt", "rank1/report.txt"} <= names
-    found = json.loads((tmp_path / "out" / "findings.json").read_text())
-    assert found["verdict"] == "leak" and found["ranks"]["1"]["verdict"] == "leak"
-    assert cli_main(["report", str(ddp_run), "--check"]) == 1
-    assert "LEAK on rank 1" in capsys.readouterr().out
+# The runs of real gloo ranks (one spawn, DDP and FSDP2) are in tests/stacks/test_ddp_fsdp2.py.
 
 
 # ---------------------------------------------------------------- synthetic ranks (fast)

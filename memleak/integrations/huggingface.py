@@ -12,7 +12,10 @@ Importing this module imports transformers; importing memleak does not.
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,12 @@ class MemleakCallback(FitCallbackMixin, transformers.TrainerCallback):  # type: 
         self._session = FitSession(out, level, print_report, tracker_options)
         self._out = None if out is None else Path(out)
 
+    def on_init_end(self, args, state, control, **kwargs):
+        # Trainer has no callback for a training loop that raises: guard its train() instead.
+        trainer = _calling_trainer()
+        if trainer is not None:
+            guard_train(trainer, self._session)
+
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         import torch
 
@@ -58,8 +67,11 @@ class MemleakCallback(FitCallbackMixin, transformers.TrainerCallback):  # type: 
             if opt is None:
                 break
         self._session.start(model, opt, out, report_here=state.is_world_process_zero)
-        # Trainer has no callback for a training loop that raises: never leave hooks behind. Held
-        # until the tracker closes, not longer: the exit hook must not keep this callback's fit alive.
+        trainer = _calling_trainer()
+        if trainer is not None:  # a callback added after the Trainer was made: guard the next train()
+            guard_train(trainer, self._session)
+        # A train() that raises unguarded (this one, when the callback came late): never leave hooks
+        # behind. Held until the tracker closes, not longer: the exit hook must not keep the fit alive.
         from ..recorder.running import close_at_exit
 
         assert self._session.tracker is not None  # start() just made it
@@ -70,3 +82,45 @@ class MemleakCallback(FitCallbackMixin, transformers.TrainerCallback):  # type: 
 
     def on_train_end(self, args, state, control, **kwargs):
         self._session.finish()
+
+
+def _calling_trainer():
+    """The `transformers.Trainer` whose method is calling this callback (a few frames up), or None.
+
+    Reads the locals of Trainer's own frames only: on Python < 3.13 ``f_locals`` leaves a copy of
+    a frame's locals on it, which would keep the caller's objects alive after they are deleted."""
+    trainer_file = getattr(sys.modules.get("transformers.trainer"), "__file__", None)
+    frame = sys._getframe(1)
+    for _ in range(8):
+        frame = frame.f_back
+        if frame is None or trainer_file is None:
+            return None
+        if frame.f_code.co_filename != trainer_file:
+            continue
+        obj = frame.f_locals.get("self")
+        if isinstance(obj, transformers.Trainer):
+            return obj
+    return None
+
+
+def guard_train(trainer, session: FitSession) -> None:
+    """Make ``trainer.train()`` close the tracker the moment it raises (analysed and saved as at a
+    normal end, the error noted; an OOM recorded), then re-raise: Trainer calls no callback then.
+    Installed once per trainer, on the instance; the class is left alone."""
+    train = trainer.train
+    if getattr(train, "_memleak_guard", False):
+        return
+    ref = weakref.ref(session)
+
+    @functools.wraps(train)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return train(*args, **kwargs)
+        except BaseException as exc:
+            s = ref()
+            if s is not None and s.active:
+                s.finish(exc)
+            raise
+
+    guarded._memleak_guard = True  # type: ignore[attr-defined]
+    trainer.train = guarded

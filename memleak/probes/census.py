@@ -9,6 +9,7 @@ default), and always on the first step. Steps without one have NaN.
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,13 +27,21 @@ def live_tensors() -> Iterator[torch.Tensor]:
     only: kept between walks, it would keep every class it saw alive.
     """
     _is_tensor_type: dict[type, bool] = {}
+    fake = _fake_tensor_type()
     for obj in gc.get_objects():
         t = type(obj)
         hit = _is_tensor_type.get(t)
         if hit is None:
-            hit = _is_tensor_type[t] = issubclass(t, torch.Tensor)
+            hit = _is_tensor_type[t] = issubclass(t, torch.Tensor) and not (fake and issubclass(t, fake))
         if hit:
             yield obj
+
+
+def _fake_tensor_type() -> type | None:
+    """torch.compile's FakeTensor class once it is loaded: its tracing tensors (kept in dynamo's
+    caches) hold no memory, and reading their storage warns in the user's run."""
+    mod = sys.modules.get("torch._subclasses.fake_tensor")
+    return getattr(mod, "FakeTensor", None)
 
 
 def storage_key(t: torch.Tensor) -> tuple[str, int, int] | None:

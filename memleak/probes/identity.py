@@ -56,10 +56,40 @@ def is_compiled(model) -> bool:
     return any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The part of a tensor this process holds: a DTensor's local shard (FSDP2 parameters, their
+    gradients and optimizer state are DTensors whose sizes are global), else the tensor itself."""
+    local = getattr(t, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) else t
+
+
+def local_nbytes(t: torch.Tensor) -> int:
+    """Bytes of the elements this process holds of `t` (its local shard for a DTensor)."""
+    t = local_tensor(t)
+    return t.numel() * t.element_size()
+
+
+def original_module(model):
+    """The module the user wrote: ``torch.compile(m)`` wraps ``m`` in an OptimizedModule that
+    keeps it as ``_orig_mod``; anything else is returned as it is."""
+    while model is not None and type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+        model = model._orig_mod
+    return model
+
+
+def user_path(name: str) -> str:
+    """A module path as the user's code spells it: without the ``_orig_mod`` step that
+    ``torch.compile`` adds for each compiled module (``enc._orig_mod.fc`` -> ``enc.fc``)."""
+    if "_orig_mod" not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
+
+
 def module_names(model) -> dict[int, str]:
+    """Module path by module id, in the user's spelling (a compiled wrapper shares its module's path)."""
     if model is None:
         return {}
-    return {id(m): name for name, m in model.named_modules(remove_duplicate=True)}
+    return {id(m): user_path(name) for name, m in model.named_modules(remove_duplicate=True)}
 
 
 def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
@@ -69,6 +99,8 @@ def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
 
     def add(t):
         if isinstance(t, torch.Tensor):
+            ids.add(id(t))
+            t = local_tensor(t)  # a sharded (FSDP2) tensor: its shard is what this rank holds
             ids.add(id(t))
             try:
                 # parameters, gradients and optimizer state are whole storages: data_ptr is the

@@ -38,7 +38,7 @@ from ..records import Event, ModuleOutputs, ModuleRow, ModulesRecord
 from ..schema import RecordType
 from . import Probe, ProbeContext, Unavailable
 from .holders import holders_record, walk_roots
-from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
+from .identity import Ages, excluded_ids, is_compiled, local_tensor, tensor_nbytes, user_path
 
 MAX_OUTPUTS = 4  # tensors kept (weakly) per module call on detail steps
 MAX_COHORTS = 8
@@ -92,9 +92,12 @@ class ModuleProbe(Probe):
         self.node_handles: list = []
         self.paths: list[str] = []
         self.index: dict[int, int] = {}
+        by_path: dict[str, int] = {}
         for name, m in model.named_modules():
-            i = len(self.paths)
-            self.paths.append(name or "<root>")
+            path = user_path(name) or "<root>"  # a compiled wrapper and its module share one row
+            i = by_path.setdefault(path, len(self.paths))
+            if i == len(self.paths):
+                self.paths.append(path)
             self.index[id(m)] = i
         n = len(self.paths)
         self.calls = [0] * n
@@ -118,7 +121,12 @@ class ModuleProbe(Probe):
             self.handles.append(module_hooks.register_module_forward_pre_hook(pre))
             self.handles.append(module_hooks.register_module_forward_hook(post))
         else:
-            why = "the model is compiled: no per-module hooks, categories and scans only"
+            # Hooks would run inside the compiled graph (extra frames, a torch warning about global
+            # hooks): the model is seen from outside it, at step boundaries, by its original tree.
+            why = (
+                "the model is compiled: no per-forward module deltas; categories and module-attribute "
+                "scans at step boundaries, named by the original module tree"
+            )
             ctx.emit(RecordType.EVENT, Event("probe_limited", {"probe": self.name, "reason": why}).to_dict())
         return {"module_counter": self.counter_name, "modules": n, "module_hooks": self.hooked}
 
@@ -210,7 +218,8 @@ class ModuleProbe(Probe):
             if self.calls[i] or left.get(i)
         ]
         cats = self._categories(model, opt)
-        cats["activation"] = max(0, int(self.fwd[0] / n)) if self.paths else 0
+        if self.hooked:  # a compiled forward is not seen: no activation figure rather than a false 0
+            cats["activation"] = max(0, int(self.fwd[0] / n)) if self.paths else 0
         kept = [ModuleOutputs(self.paths[i], b, c, nb) for (i, b), (c, nb) in sorted(alive.items())]
         rec = ModulesRecord(
             step=step, steps=n, counter=self.counter_name, categories=cats, modules=tuple(rows), alive=tuple(kept)
@@ -265,6 +274,7 @@ class ModuleProbe(Probe):
         seen: set[int] = set()
 
         def size(t) -> int:
+            t = local_tensor(t)  # FSDP2: this rank's shard, not the global size
             try:
                 ptr = t.data_ptr()
             except (RuntimeError, NotImplementedError, TypeError):

@@ -14,6 +14,7 @@ import torch
 
 from .. import __version__
 from ..io import RUN_SUFFIX
+from ..probes.identity import local_nbytes, original_module
 
 
 def rank() -> tuple[int, int]:
@@ -52,6 +53,6 @@ def base_meta(
         "argv": list(sys.argv),
         "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"),
         "budget_bytes": budget_bytes,
-        "model": type(model).__name__ if model is not None else None,
-        "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()) if model is not None else None,
+        "model": type(original_module(model)).__name__ if model is not None else None,
+        "parameter_bytes": sum(local_nbytes(p) for p in model.parameters()) if model is not None else None,
     }

@@ -1,0 +1,180 @@
+"""torch.compile (inductor: the default mode with fullgraph=True, and mode="reduce-overhead")
+tracked at every level.
+
+One compile per configuration and per side (untracked, tracked), shared by the assertions: the
+tracked side runs the levels one after the other on one compiled model, so its losses compare
+step by step with the untracked side's, and the dynamo counters of the two sides compare whole.
+fullgraph=True makes any graph break memleak caused an error; the counters catch recompiles.
+The first inductor compile in a process costs most of this module's time (~10 s).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import memleak
+
+STEPS = 24  # per level; the live check and the trend need about this many
+LEVELS = ("counters", "modules", "full")
+CONFIGS = {
+    "default": {"fullgraph": True},
+    "reduce-overhead": {"mode": "reduce-overhead"},  # CUDA graphs need CUDA: on CPU inductor alone
+}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(16, 32)
+        self.head = nn.Linear(32, 1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.enc(x)))
+
+
+def dynamo_counts() -> dict[str, int]:
+    """What dynamo did since the last reset: frames compiled (recompiles included), graphs made,
+    graph breaks, and the compiled versions of Net.forward (more than one: a recompile)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.utils import counters
+
+    return {
+        "frames": counters["frames"]["total"],
+        "graphs": counters["stats"]["unique_graphs"],
+        "graph_breaks": sum(counters["graph_break"].values()),
+        "forward_versions": len(_debug_get_cache_entry_list(Net.forward)),
+    }
+
+
+def batches(n: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(8, 16, generator=g) for _ in range(n)]
+
+
+def fresh(options):
+    """A new model, its compiled wrapper and optimizer, after a dynamo reset (counters from zero)."""
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    torch.manual_seed(0)
+    model = Net()
+    return model, torch.compile(model, **options), torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+def loop(compiled, opt, xs, *, kept=None, module_cache=None):
+    losses = []
+    for x in xs:
+        loss = compiled(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if kept is not None:
+            kept.append(loss)  # the loop's leak: every step's loss, graph attached
+        if module_cache is not None:
+            module_cache.append(torch.ones(4096))  # a tensor cached on a submodule each step
+    return losses
+
+
+def side_by_side(config: str, tmp_path_factory) -> dict:
+    options = CONFIGS[config]
+    xs = batches(STEPS * len(LEVELS), seed=1)
+    _, compiled, opt = fresh(options)
+    untracked = loop(compiled, opt, xs)
+    untracked_counts = dynamo_counts()
+    model, compiled, opt = fresh(options)
+    tracked, runs, leftover = [], {}, []
+    for i, level in enumerate(LEVELS):
+        out = tmp_path_factory.mktemp(f"{config}-{level}")
+        with memleak.track(compiled, optimizer=opt, level=level, out=out) as t:
+            tracked += loop(compiled, opt, xs[i * STEPS:(i + 1) * STEPS])
+        runs[level] = t
+        leftover.append(_hooks_left(model, compiled))
+    return {"untracked": untracked, "tracked": tracked, "counts": (untracked_counts, dynamo_counts()),
+            "runs": runs, "leftover": leftover, "model": model, "compiled": compiled, "opt": opt}
+
+
+@pytest.fixture(scope="module")
+def default_mode(tmp_path_factory):
+    return side_by_side("default", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def reduce_overhead(tmp_path_factory):
+    return side_by_side("reduce-overhead", tmp_path_factory)
+
+
+@pytest.fixture(params=["default_mode", "reduce_overhead"])
+def pair(request):
+    return request.getfixturevalue(request.param)
+
+
+def _hooks_left(model, compiled) -> list:
+    from torch.nn.modules import module as m
+    from torch.overrides import _get_current_function_mode_stack
+
+    hooks = [mod for mod in [compiled, *model.modules()]
+             if mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks]
+    return hooks + list(m._global_forward_hooks) + list(m._global_forward_pre_hooks) + list(
+        _get_current_function_mode_stack()) + [torch._C._autograd._top_saved_tensors_default_hooks(False)]
+
+
+def test_losses_are_bit_identical_to_an_untracked_run(pair):
+    assert pair["tracked"] == pair["untracked"]
+
+
+def test_tracking_adds_no_graph_break_no_recompile_no_frame(pair):
+    untracked, tracked = pair["counts"]
+    print(untracked, tracked)
+    assert untracked["graphs"] >= 1
+    assert tracked == untracked
+
+
+def test_every_level_runs_and_the_clean_run_is_clean(pair):
+    for level, t in pair["runs"].items():
+        report = t.report()
+        assert len(report.run.steps) == STEPS, level
+        assert not report.leak, (level, str(report))
+        assert report.run.meta["model"] == "Net"
+
+
+def test_modules_level_names_modules_by_the_original_tree(default_mode):
+    run = default_mode["runs"]["modules"].run()
+    records = run.module_records
+    assert records and all(r.categories["parameter"] == (16 * 32 + 32 + 32 + 1) * 4 for r in records)
+    assert "activation" not in records[0].categories  # not seen inside a compiled forward
+    limited = [e for e in run.events if e.get("event") == "probe_limited"]
+    assert limited and "original module tree" in limited[0]["reason"]
+
+
+def test_hooks_and_modes_are_gone_after_each_level(pair):
+    assert pair["leftover"] == [[None]] * len(LEVELS)
+
+
+def test_a_tensor_cached_on_a_submodule_is_named_by_its_path_without_orig_mod(default_mode):
+    model, compiled, opt = default_mode["model"], default_mode["compiled"], default_mode["opt"]
+    loop(compiled, opt, batches(1, seed=9))  # compiled again if another fixture reset dynamo since
+    before = dynamo_counts()
+    model.enc.seen = []
+    with memleak.track(compiled, optimizer=opt, level="modules") as t:  # scans come every 8-12 steps
+        loop(compiled, opt, batches(2 * STEPS, seed=2), module_cache=model.enc.seen)
+    del model.enc.seen
+    report = t.report()
+    assert report.leak, str(report)
+    assert report.suspects[0].location == "enc.seen", str(report)
+    assert dynamo_counts() == before
+
+
+def test_a_list_of_undetached_losses_is_named_at_level_full(default_mode):
+    compiled, opt = default_mode["compiled"], default_mode["opt"]
+    loop(compiled, opt, batches(1, seed=9))  # compiled again if another fixture reset dynamo since
+    before = dynamo_counts()
+    kept: list = []
+    with memleak.track(compiled, optimizer=opt, level="full") as t:
+        loop(compiled, opt, batches(STEPS, seed=3), kept=kept)
+    report = t.report()
+    assert report.leak, str(report)
+    assert report.suspects[0].location == "kept", str(report)  # loop()'s name for the list
+    assert dynamo_counts() == before

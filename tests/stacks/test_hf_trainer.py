@@ -1,0 +1,107 @@
+"""A real Hugging Face `Trainer` fit (a tiny GPT-2 built from a config, no download) tracked at
+level full: losses bit-identical to an untracked fit, a metric list the user's Trainer subclass
+keeps found and named, a clean fit clean, and a fit that raises closes the tracker at once."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # Trainer needs it
+
+import memleak  # noqa: E402
+from memleak.integrations.huggingface import MemleakCallback  # noqa: E402
+
+STEPS = 30
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n=32, seq=16, vocab=1000):
+        self.ids = torch.randint(0, vocab, (n, seq), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+class MetricTrainer(transformers.Trainer):
+    """The user's Trainer: records each step's loss; `leak` keeps the loss tensor itself."""
+
+    def __init__(self, *args, leak=False, fail_at=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.leak, self.fail_at = leak, fail_at
+        self.loss_values: list[float] = []
+        self.batch_losses: list = []
+
+    def compute_loss(self, *args, **kwargs):
+        if self.fail_at is not None and len(self.loss_values) == self.fail_at:
+            raise RuntimeError("boom")
+        loss = super().compute_loss(*args, **kwargs)
+        self.loss_values.append(loss.item())
+        if self.leak:
+            self.batch_losses.append(loss)  # the leak: a metric list of undetached losses
+        return loss
+
+
+def fit(tmp_path, *, tracked=True, leak=False, fail_at=None, steps=STEPS, cb=None):
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=1000, n_positions=32, n_embd=32, n_layer=1, n_head=2)
+    model = transformers.GPT2LMHeadModel(config)
+    if tracked and cb is None:
+        cb = MemleakCallback(out=tmp_path / "memleak", level="full", print_report=False)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf"), max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3,
+        report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
+        dataloader_num_workers=0, seed=0)
+    trainer = MetricTrainer(model=model, args=args, train_dataset=Tokens(), callbacks=[cb] if cb else [],
+                            leak=leak, fail_at=fail_at)
+    trainer.train()
+    return trainer, cb
+
+
+@pytest.fixture(scope="module")
+def fits(tmp_path_factory):
+    return {name: fit(tmp_path_factory.mktemp(name), tracked=name != "untracked", leak=name == "leak")
+            for name in ("untracked", "clean", "leak")}
+
+
+def global_hooks() -> int:
+    from torch.nn.modules import module as m
+    from torch.overrides import _get_current_function_mode_stack
+
+    return (len(m._global_forward_hooks) + len(m._global_forward_pre_hooks)
+            + len(_get_current_function_mode_stack())
+            + (torch._C._autograd._top_saved_tensors_default_hooks(False) is not None))
+
+
+def test_losses_are_bit_identical_to_an_untracked_fit(fits):
+    untracked = fits["untracked"][0].loss_values
+    assert len(untracked) == STEPS
+    assert fits["clean"][0].loss_values == untracked
+
+
+def test_the_metric_list_is_found_and_named(fits):
+    trainer, cb = fits["leak"]
+    report = cb.report
+    assert report.leak, str(report)
+    assert report.suspects[0].location.endswith("batch_losses"), str(report)
+    assert cb.tracker is None and global_hooks() == 0
+
+
+def test_a_clean_fit_is_clean(fits):
+    report = fits["clean"][1].report
+    assert not report.leak, str(report)
+    assert len(report.run.steps) == STEPS
+
+
+def test_a_fit_that_raises_closes_the_tracker_at_once(tmp_path):
+    cb = MemleakCallback(out=tmp_path / "memleak", level="full", print_report=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(tmp_path, fail_at=7, steps=12, cb=cb)
+    assert cb.tracker is None  # closed when train() raised, not at exit
+    assert global_hooks() == 0
+    run = memleak.load(tmp_path / "memleak")
+    assert len(run.steps) == 7
+    assert (tmp_path / "memleak" / "report.txt").is_file()

@@ -1,0 +1,87 @@
+"""A real Lightning fit tracked at level full: losses bit-identical to an untracked fit, the
+LightningModule's `self.outputs` kept without detach found and named, a clean fit clean, and
+nothing left installed afterwards."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+pl = pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec")  # lightning's own deprecation noise
+
+from memleak.integrations.lightning import MemleakCallback  # noqa: E402
+
+STEPS = 30
+
+
+class Classifier(pl.LightningModule):
+    def __init__(self, leak: bool = False):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 4))
+        self.leak = leak
+        self.outputs: list = []
+        self.loss_values: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        loss = nn.functional.cross_entropy(logits, y)
+        self.loss_values.append(loss.item())
+        if self.leak:
+            self.outputs.append(logits)  # the leak: every step's logits, without .detach()
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+def fit(tmp_path, *, tracked=True, leak=False):
+    torch.manual_seed(0)
+    module = Classifier(leak)
+    g = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(STEPS * 32, 32, generator=g),
+                                          torch.randint(0, 4, (STEPS * 32,), generator=g))
+    cb = MemleakCallback(out=tmp_path / "memleak", level="full", print_report=False) if tracked else None
+    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                         callbacks=[cb] if cb else [])
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=32))
+    return module, cb
+
+
+@pytest.fixture(scope="module")
+def fits(tmp_path_factory):
+    return {name: fit(tmp_path_factory.mktemp(name), tracked=name != "untracked", leak=name == "leak")
+            for name in ("untracked", "clean", "leak")}
+
+
+def installed(module) -> int:
+    from torch.nn.modules import module as m
+    from torch.overrides import _get_current_function_mode_stack
+
+    own = [x for x in module.modules() if x._forward_hooks or x._forward_pre_hooks or x._backward_hooks]
+    return (len(own) + len(m._global_forward_hooks) + len(m._global_forward_pre_hooks)
+            + len(_get_current_function_mode_stack())
+            + (torch._C._autograd._top_saved_tensors_default_hooks(False) is not None))
+
+
+def test_losses_are_bit_identical_to_an_untracked_fit(fits):
+    untracked = fits["untracked"][0].loss_values
+    assert len(untracked) == STEPS
+    assert fits["clean"][0].loss_values == untracked
+
+
+def test_self_outputs_without_detach_is_found_and_named(fits):
+    module, cb = fits["leak"]
+    report = cb.report
+    assert report.leak, str(report)
+    assert report.suspects[0].location == "outputs", str(report)
+    assert cb.tracker is None and installed(module) == 0
+
+
+def test_a_clean_fit_is_clean_and_leaves_nothing_installed(fits):
+    module, cb = fits["clean"]
+    assert not cb.report.leak, str(cb.report)
+    assert len(cb.report.run.steps) == STEPS
+    assert installed(module) == 0
