@@ -58,7 +58,8 @@ def score(s: Suspect) -> tuple:
 def rank(findings: list[Finding]) -> list[Suspect]:
     """Suspects, most likely culprit first: leaks before other findings, named culprits
     before generic growth, then by specificity-weighted confidence, then by bytes. Growth
-    that the culprits explain is no suspect of its own: it becomes the top culprit's evidence."""
+    that the culprits explain is no suspect of its own: it becomes the top culprit's evidence; a `note` none at all."""
+    findings = [f for f in findings if not f.note]
     groups: OrderedDict[str, list[Finding]] = OrderedDict()
     for f in findings:
         groups.setdefault(f.location, []).append(f)
