@@ -78,6 +78,9 @@ def _drops(steps, column: str) -> set[int]:
 
 
 def _fall(steps, column: str, j: int) -> float:
+    """How much `column` fell into row j from its last value before (0 without the column)."""
+    if column not in steps:
+        return 0.0
     y = _series(steps, column)
     before = y[:j][np.isfinite(y[:j])]
     return float(before[-1] - y[j]) if before.size and np.isfinite(y[j]) else 0.0
@@ -210,7 +213,7 @@ def _finding(location, column, fall, total, evidence, period, drops, x, cause=No
         total_bytes=float(total),
         confidence=1.0,
         evidence=tuple(evidence),
-        fix="nothing to fix: memory was given back, this says why",
+        fix="nothing: memory was given back, and this says why",
         leak=False,
         note=True,
         data=to_jsonable({"column": column, "cause": cause, "period": period, "steps": [x[j] for j in drops]}),

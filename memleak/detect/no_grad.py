@@ -16,7 +16,7 @@ NAME = "no_grad"
 INFERENCE_SHARE = 0.5
 
 FIX = (
-    "nothing to fix. Under no_grad no autograd graph is kept, so memory that grows here is held by "
+    "nothing, unless memory grows. Under no_grad no autograd graph is kept, so memory that grows here is held by "
     "outputs, key/value caches or metrics kept across steps (move them to the CPU or reduce them with "
     ".item()). To size the batch for inference, memleak.headroom(step_fn, batch_sizes, input_sizes=...) "
     "measures the peak of an inference step against the batch size and the sequence length."

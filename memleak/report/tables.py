@@ -79,7 +79,7 @@ def findings_section(findings) -> list[str]:
         evidence = "".join(f"<li>{escape(e)}</li>" for e in f.evidence)
         items.append(
             f"<details open><summary>{escape(f.kind.value)}: {escape(f.location)}</summary>"
-            f'<ul>{evidence}</ul><p class="fix"><b>fix:</b> {escape(f.fix)}</p></details>'
+            f'<ul>{evidence}</ul><p class="fix"><b>what to do:</b> {escape(f.fix)}</p></details>'
         )
     return section("findings", "Findings (not leaks)", *items)
 

@@ -101,7 +101,7 @@ def finding_lines(findings) -> list[str]:
         lines += _wrap(f"{f.kind.value}: {f.location}", "  - ")
         for e in f.evidence:
             lines += _wrap(e, "      ")
-        lines += _wrap("fix: " + f.fix, "      ")
+        lines += _wrap("what to do: " + f.fix, "      ")
     return lines
 
 
