@@ -215,6 +215,8 @@ STEP_COLUMNS = {
     "gc_collected": "objects those full collections freed so far",
     "grad_enabled": "1 when gradients were enabled at the end of the step, 0 under no_grad or inference_mode",
     "optimizer_steps": "optimizer.step() calls so far (when an optimizer was given)",
+    "grad_scale": "the loss scale of AMP's GradScaler (found among the variables where tracking started); "
+    "it falls when the scaler skipped a step for inf or NaN gradients",
     # memleak itself
     "memleak_bytes": "bytes memleak's own bookkeeping holds on the C heap, less what its own garbage "
     "collections freed (its net effect, taken off the host series)",

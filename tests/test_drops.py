@@ -113,3 +113,37 @@ def test_context_reset_is_named():
 def test_an_unexplained_drop_is_not_reported():
     allocated = [1000 * MiB] * 6 + [500 * MiB] * 6
     assert drops.detect(_cuda_run(allocated, allocated)) == []
+
+
+def test_a_step_the_grad_scaler_skipped_is_named():
+    allocated = [1000 * MiB] * 6 + [900 * MiB] + [1000 * MiB] * 5
+    frame = pd.DataFrame(
+        {
+            "step": np.arange(12, dtype=float),
+            "allocated_bytes": allocated,
+            "reserved_bytes": [1200 * MiB] * 12,
+            "grad_scale": [65536.0] * 6 + [32768.0] * 6,
+        }
+    )
+    (f,) = drops.detect(Run({"device": "cuda:0"}, frame))
+    assert f.data["cause"] == "scaler" and "from 65536 to 32768" in f.evidence[1]
+
+
+def test_the_grad_scaler_is_found_and_its_scale_recorded():
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x = torch.randn(4, 8)
+    with memleak.track(model, optimizer=opt, level="counters") as tracker:
+        for i in range(4):
+            loss = model(x).sum() * (float("inf") if i == 2 else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            tracker.step()
+    run = tracker.run()
+    assert run.meta["grad_scaler"] is True
+    assert list(run.steps["grad_scale"]) == [1024.0, 1024.0, 512.0, 512.0]
+    # the skipped step called no optimizer.step(): its count stays
+    assert list(run.steps["optimizer_steps"]) == [1, 2, 2, 3]

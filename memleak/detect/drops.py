@@ -11,6 +11,7 @@ explained by what the run recorded at that step, most specific first:
 - a full collection of Python's cyclic garbage collector ran in that step (``gc_collections``
   rose): the memory was held by reference cycles; the census's cycle marks name them;
 - new DataLoader workers started: a new epoch began;
+- AMP's GradScaler lowered its scale (``grad_scale`` fell): it skipped that optimizer step;
 - ``optimizer.step()`` ran in that step while the steps are micro-batches: the end of a
   gradient-accumulation window.
 
@@ -88,7 +89,7 @@ def _fall(steps, column: str, j: int) -> float:
 
 def _rose(steps, column: str, j: int) -> float:
     """How much a cumulative counter went up in row j (0 without it)."""
-    if column not in steps or j == 0:
+    if column not in steps or j <= 0 or j >= len(steps):
         return 0.0
     a, b = steps[column].iloc[j - 1], steps[column].iloc[j]
     return float(b - a) if np.isfinite(a) and np.isfinite(b) else 0.0
@@ -118,6 +119,14 @@ def _cause(run: Run, column: str, j: int) -> tuple[str, str] | None:
                     else " (torch.cuda.empty_cache() was called)"
                 )
             )
+    fell = [k for k in (j, j + 1) if _rose(steps, "grad_scale", k) < 0]  # on CUDA it is read a step late
+    if fell:
+        scale = steps["grad_scale"]
+        return "scaler", (
+            f"at step {step} AMP's GradScaler lowered its scale from {scale.iloc[fell[0] - 1]:g} to "
+            f"{scale.iloc[fell[0]]:g}: the gradients had inf or NaN values, so it skipped optimizer.step() "
+            "(no update, no optimizer temporaries) and backs off"
+        )
     if _rose(steps, "gc_collections", j) > 0:
         freed = _rose(steps, "gc_collected", j)
         by = " (memleak's live check ran it)" if any(_at(e, "gc_returned", step) for e in run.events) else ""

@@ -92,9 +92,11 @@ def probes_for_level(level: str) -> list[Probe]:
     from .nvml import NvmlProbe
     from .pinned import PinnedProbe
     from .runtime import RuntimeProbe
+    from .scaler import ScalerProbe
     from .workers import WorkerProbe
 
     probes: list[Probe] = [AllocatorProbe(), NvmlProbe(), HostProbe(), PinnedProbe(), WorkerProbe(), RuntimeProbe()]
+    probes.append(ScalerProbe())
     if level in (Level.MODULES, Level.FULL):
         from .modules import ModuleProbe
 
