@@ -15,23 +15,13 @@ from typing import Any
 import torch
 
 from . import Probe, ProbeContext
-from .loaders import MAX_FRAMES
+from .loaders import in_sight
 
 
 def find_scaler(frame: Any) -> Any:
     """The first torch.amp GradScaler held by a local, a global or ``self`` in `frame` and its callers."""
-    depth = 0
-    while frame is not None and depth < MAX_FRAMES:
-        depth += 1
-        if not str(frame.f_globals.get("__name__", "")).startswith("memleak"):
-            this = frame.f_locals.get("self")
-            spaces = [frame.f_locals, vars(this) if hasattr(this, "__dict__") else {}, frame.f_globals]
-            for space in spaces:
-                for v in list(space.values()):
-                    if isinstance(v, torch.amp.GradScaler):
-                        return v
-        frame = frame.f_back
-    return None
+    found = in_sight(frame, lambda v: isinstance(v, torch.amp.GradScaler))
+    return next(iter(found.values()))[1] if found else None
 
 
 class ScalerProbe(Probe):
