@@ -147,3 +147,20 @@ def test_the_grad_scaler_is_found_and_its_scale_recorded():
     assert list(run.steps["grad_scale"]) == [1024.0, 1024.0, 512.0, 512.0]
     # the skipped step called no optimizer.step(): its count stays
     assert list(run.steps["optimizer_steps"]) == [1, 2, 2, 3]
+
+
+def test_the_cycles_the_census_saw_are_named():
+    heap = [100 * MiB + i * 4 * MiB for i in range(8)] + [100 * MiB] * 4
+    frame = pd.DataFrame(
+        {
+            "step": np.arange(12, dtype=float),
+            "heap_bytes": heap,
+            "gc_collections": [3] * 8 + [4] * 4,
+            "gc_collected": [10] * 8 + [90] * 4,
+        }
+    )
+    cohort = {"born": 4, "site": "train.py:41", "count": 4, "bytes": 16 * MiB, "grad": 4, "cycle": "grad"}
+    births = [{"step": 6, "cohorts": [cohort], "gc2": 3}]
+    (f,) = drops.detect(Run({"device": "cpu"}, frame, records={"births": births}))
+    assert f.data["cause"] == "gc" and "freed 80 objects" in f.evidence[1]
+    assert "created at train.py:41 (grad)" in f.evidence[1]
