@@ -10,6 +10,14 @@ Both wall-clock and process CPU time are reported: on a shared CPU machine the w
 clock mostly measures the neighbours, so the CPU-time ratio decides there.
 Goals: counters <= 1.02x, modules <= 1.10x, full <= 1.30x. torch's own MemTracker is
 measured for reference in a process of its own (about 5-6x on this loop).
+
+    python benchmarks/overhead.py --workers 2 [--reps 5] [--steps 150]
+
+measures instead the cost of reading DataLoader workers' memory (their PSS, from
+/proc/PID/smaps_rollup): the same loop fed by a DataLoader with that many forked workers over a
+Dataset of Python rows, the whole loop timed (waiting on the workers included), untracked, at
+level counters with the default workers_budget (2 %), and with a read every step
+(workers_budget=1), paired per round.
 """
 from __future__ import annotations
 
@@ -132,6 +140,71 @@ def measure(device, reps, steps, warmup, levels=LEVELS):
             {lvl: ratio(cpu, lvl) for lvl in measured[1:]})
 
 
+class TokenRows(torch.utils.data.Dataset):
+    """Rows of Python ints: the workers copy their pages as they read them (copy-on-read)."""
+
+    def __init__(self, n=20_000, width=33):
+        g = random.Random(0)
+        self.rows = [tuple(g.randrange(256) for _ in range(width)) for _ in range(n)]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return torch.tensor(self.rows[i])
+
+
+WORKER_MODES = {"untracked": None, "counters": {}, "counters, every step": {"workers_budget": 1.0}}
+
+
+def loader_block(model, opt, loader, steps, mode):
+    """Whole-loop wall and CPU seconds of `steps` steps fed by `loader` (its workers start inside)."""
+    options = WORKER_MODES[mode]
+    tracker = memleak.track(model, optimizer=opt, level="counters", **options) if options is not None else None
+    t0, c0 = time.perf_counter(), time.process_time()
+    if tracker is not None:
+        tracker.start()
+    try:
+        for i, tokens in enumerate(loader):
+            logits = model(tokens[:, :-1])
+            loss = nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if tracker is not None:
+                tracker.step()
+            if i + 1 == steps:
+                break
+    finally:
+        if tracker is not None:
+            tracker.close()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def measure_workers(workers, reps, steps):
+    model, opt = make(torch.device("cpu"))
+    loader = torch.utils.data.DataLoader(TokenRows(), batch_size=16, num_workers=workers,
+                                         multiprocessing_context="fork")
+    for mode in WORKER_MODES:  # warm up
+        loader_block(model, opt, loader, 10, mode)
+    wall = {m: [] for m in WORKER_MODES}
+    cpu = {m: [] for m in WORKER_MODES}
+    for _ in range(reps):
+        order = list(WORKER_MODES)
+        random.shuffle(order)
+        for mode in order:
+            w, c = loader_block(model, opt, loader, steps, mode)
+            wall[mode].append(w)
+            cpu[mode].append(c)
+    print(f"cpu, DataLoader with {workers} workers: untracked loop {statistics.median(wall['untracked']):.2f} s "
+          f"wall, {statistics.median(cpu['untracked']):.2f} s CPU (medians of {reps} loops of {steps} steps)")
+    for mode in list(WORKER_MODES)[1:]:
+        rw = statistics.median(t / b for t, b in zip(wall[mode], wall["untracked"]))
+        rc = statistics.median(t / b for t, b in zip(cpu[mode], cpu["untracked"]))
+        print(f"  {mode:22} {rw:6.3f}x wall {rc:6.3f}x CPU (whole loop, paired per round)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=5)
@@ -143,8 +216,13 @@ def main(argv=None) -> int:
                          "MemTracker leaves state behind that slows every later tracked block)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (1 keeps timings stable on a shared machine)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="measure reading DataLoader workers' memory instead, with this many workers")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.workers:
+        random.seed(0)
+        return measure_workers(args.workers, args.reps, args.steps)
     devices = [args.device] if args.device else (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     random.seed(0)
     import logging

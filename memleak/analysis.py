@@ -74,6 +74,7 @@ def _analyze_ranks(run: MultiRun) -> Report:
             f.fix,
             f.leak,
             f.data,
+            f.note,
         )
         for r, rep in reports.items()
         for f in rep.findings

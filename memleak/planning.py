@@ -6,6 +6,10 @@ keeps a target batch.
     result = memleak.headroom(peaks={8: "1.2 GiB", 16: "2.1 GiB"}, capacity="80 GiB")
     print(result)          # the fit, the largest batch, the accumulation steps
     result.max_batch, result.accumulation_steps, result.predict(64)
+
+    # an inference step at several sequence lengths: step_fn(batch_size, input_size)
+    result = memleak.headroom(infer_step, batch_sizes=(8, 16), input_sizes=(512, 1024))
+    result.max_batch(2048), result.predict(32, 2048)
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .detect.headroom import Headroom, accumulation, fit_line, largest_batch
+from .detect.headroom_inputs import InputHeadroom, fit_inputs
 from .errors import MemleakError, UsageError
 from .probes import is_oom
 from .probes.peak import device_capacity, measure_peak
@@ -32,26 +37,56 @@ def headroom(
     target_batch: int | None = None,
     device: Any = None,
     warmup: int = 1,
-) -> Headroom:
+    input_sizes: Iterable[int] | None = None,
+) -> Headroom | InputHeadroom:
     """Predict the largest batch that fits, from peaks measured (``step_fn(batch_size)``
     at each of `batch_sizes`) or given (``peaks={batch_size: bytes or "1.2 GiB"}``).
 
     `capacity` defaults to the device's (CUDA: free + held by this process; CPU: RAM
     available + this process's). `margin` is the share kept free:
     ``fit(batch) * (1 + margin) <= capacity``. With `target_batch`, the result also
-    gives the gradient-accumulation steps and micro-batch that make it.
+    gives the gradient-accumulation steps and micro-batch that make it. The step may be
+    a training or an inference step (the peak is what it is measured to be).
+
+    With `input_sizes` (sequence lengths, image sides), ``step_fn(batch_size, input_size)``
+    is measured at every pair, and the result is an `InputHeadroom`: the batch fit at each
+    input size and ``max_batch(input_size)`` for any size, measured or not.
     """
     _check_options(step_fn, peaks, margin, target_batch)
     dev = _device(device)
+    if input_sizes is not None:
+        if peaks is not None:
+            raise UsageError("input_sizes= measures with step_fn(batch_size, input_size); it takes no peaks=")
+        return _by_input(step_fn, batch_sizes, input_sizes, capacity, margin, dev, warmup)
     if peaks is not None:
         points = {parse_batch(bs): parse_bytes(p) for bs, p in peaks.items()}
     else:
         points = _measure(step_fn, batch_sizes, dev, warmup)
-    if len(points) < 2:
-        raise UsageError("headroom needs peaks at two or more different batch sizes")
+    return _fit(points, _capacity(capacity, dev), margin, dev, peaks is None, target_batch)
+
+
+def _capacity(capacity: Any, dev: Any) -> float:
     cap = parse_bytes(capacity) if capacity is not None else device_capacity(dev)
     if cap <= 0:
         raise UsageError(f"capacity must be positive, not {capacity!r}")
+    return cap
+
+
+def _by_input(step_fn, batch_sizes, input_sizes, capacity, margin, dev, warmup) -> InputHeadroom:
+    """The batch fit at each input size, then the model over input sizes."""
+    sizes = sorted({parse_batch(s) for s in input_sizes})
+    cap = _capacity(capacity, dev)
+    fits = {}
+    for size in sizes:
+        points = _measure(lambda bs, size=size: step_fn(bs, size), batch_sizes, dev, warmup)
+        fits[size] = _fit(points, cap, margin, dev, True, None)
+    return fit_inputs(fits, cap, margin)
+
+
+def _fit(points: dict[int, float], cap: float, margin: float, dev: Any, measured: bool, target_batch) -> Headroom:
+    """The line through the peaks, the largest batch, the accumulation plan."""
+    if len(points) < 2:
+        raise UsageError("headroom needs peaks at two or more different batch sizes")
     a, b = fit_line(points)
     best = largest_batch(a, b, cap, margin)
     steps, micro = _accumulation_plan(target_batch, best)
@@ -64,7 +99,7 @@ def headroom(
         margin=margin,
         max_batch=best,
         device=str(dev),
-        measured=peaks is None,
+        measured=measured,
         target_batch=target_batch,
         accumulation_steps=steps,
         micro_batch=micro,

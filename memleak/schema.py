@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+#: Per-worker PSS columns are named WORKER_PSS.format(i) (schema.STEP_COLUMNS declares the pattern).
+WORKER_PSS = "worker{}_pss_bytes"
 #: Version of the run-file format. A reader refuses files of another version.
 SCHEMA_VERSION = 1
 #: The first record of every run file has this type.
@@ -57,6 +59,9 @@ class Kind(StrEnum):
     LINEAR_GROWTH = "linear_growth"
     HOST_GROWTH = "host_growth"
     NON_PYTORCH_MEMORY = "non_pytorch_memory"
+    # findings that name no suspect (Finding.note): what a person should know about the run
+    MEMORY_DROP = "memory_drop"  # memory fell suddenly, and why
+    NO_GRAD = "no_grad"  # the loop ran with gradients disabled (inference, evaluation)
 
 
 class Verdict(StrEnum):
@@ -118,8 +123,11 @@ class Finding:
 
     `leak` says whether this finding alone shows memory that keeps growing
     (it makes the verdict "leak"); fragmentation or a large CUDA context are
-    findings worth reporting that are not leaks. `data` carries numbers for
-    plots and machine-readable output (JSON-able values only).
+    findings worth reporting that are not leaks. `note` marks a finding that
+    names no suspect (a drop explained, a loop run without gradients, worker
+    growth within the host's memory): reports list it under "findings", and
+    `suspects.rank` leaves it out. `data` carries numbers for plots and
+    machine-readable output (JSON-able values only).
     """
 
     detector: str
@@ -132,6 +140,7 @@ class Finding:
     fix: str
     leak: bool = True
     data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    note: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values, as findings.json holds them."""
@@ -192,6 +201,22 @@ STEP_COLUMNS = {
     # host
     "heap_bytes": "bytes in use on the C heap (glibc mallinfo2); CPU tensor storages live here",
     "rss_bytes": "resident set size of this process",
+    # DataLoader workers (probes/workers.py): PSS read from /proc/PID/smaps_rollup on a time budget,
+    # null on steps without a read
+    "workers": "DataLoader worker processes alive at the end of the step",
+    "worker_pss_bytes": "proportional set size of all DataLoader workers together (sampled)",
+    "worker{i}_pss_bytes": "proportional set size of one worker (one column per worker slot, i = 0, 1, ...; "
+    "a slot keeps its DataLoader and worker index across epochs, see the dataloader_workers event)",
+    # pinned host memory (CUDA host allocator, torch.cuda.memory.host_memory_stats)
+    "pinned_bytes": "bytes of pinned host blocks the CUDA host allocator owns (in use and cached)",
+    "pinned_active_bytes": "bytes of pinned host blocks handed out and not yet reusable",
+    # Python and autograd state
+    "gc_collections": "full (generation 2) collections of Python's cyclic garbage collector so far",
+    "gc_collected": "objects those full collections freed so far",
+    "grad_enabled": "1 when gradients were enabled at the end of the step, 0 under no_grad or inference_mode",
+    "optimizer_steps": "optimizer.step() calls so far (when an optimizer was given)",
+    "grad_scale": "the loss scale of AMP's GradScaler (found among the variables where tracking started); "
+    "it falls when the scaler skipped a step for inf or NaN gradients",
     # memleak itself
     "memleak_bytes": "bytes memleak's own bookkeeping holds on the C heap, less what its own garbage "
     "collections freed (its net effect, taken off the host series)",

@@ -56,11 +56,11 @@ def score(s: Suspect) -> tuple:
 
 
 def rank(findings: list[Finding]) -> list[Suspect]:
-    """Suspects, most likely culprit first: leaks before other findings, named culprits
-    before generic growth, then by specificity-weighted confidence, then by bytes. Growth
-    that the culprits explain is no suspect of its own: it becomes the top culprit's evidence."""
+    """Suspects, most likely culprit first: leaks before other findings, named culprits before generic
+    growth, then by specificity-weighted confidence, then by bytes. Growth that the culprits explain is
+    no suspect of its own: it becomes the top culprit's evidence; a finding marked `note` none at all."""
     groups: OrderedDict[str, list[Finding]] = OrderedDict()
-    for f in findings:
+    for f in (f for f in findings if not f.note):
         groups.setdefault(f.location, []).append(f)
     ranked = sorted((merge(g) for g in groups.values()), key=score, reverse=True)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]

@@ -10,7 +10,18 @@ import importlib
 from ..schema import Finding
 
 #: Detector modules, each with `detect(run) -> list[Finding]`.
-DETECTORS = ("growth", "fragmentation", "nvml_gap", "culprits", "graphs", "lifetimes")
+DETECTORS = (
+    "growth",
+    "fragmentation",
+    "nvml_gap",
+    "culprits",
+    "graphs",
+    "lifetimes",
+    "workers",
+    "pinned",
+    "drops",
+    "no_grad",
+)
 
 
 def run_detectors(run) -> tuple[list[Finding], list[str]]:

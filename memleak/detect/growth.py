@@ -81,8 +81,9 @@ class Growth:
 # ---------------------------------------------------------------- public
 
 
-def analyze_growth(run: Run, column: str | None = None) -> Growth:
-    """Classify the shape of one memory series of `run` and decide whether it leaks."""
+def analyze_growth(run: Run, column: str | None = None, min_rel: float | None = None) -> Growth:
+    """Classify the shape of one memory series of `run` and decide whether it leaks. `min_rel`:
+    the share of the level a rise must reach (by default MIN_REL_GROWTH, MIN_REL_GROWTH_HOST for RSS)."""
     column = column or run.memory_column()
     capacity = _capacity(run, column)
     series = _series(run, column)
@@ -101,7 +102,8 @@ def analyze_growth(run: Run, column: str | None = None) -> Growth:
 
     raw_index, x, y = bin_series(x_raw, y_raw)
     floor = max(NOISE_FLOOR_REL * float(np.median(np.abs(y))), 1.0)
-    min_rel = MIN_REL_GROWTH_HOST if column == "rss_bytes" else MIN_REL_GROWTH
+    if min_rel is None:
+        min_rel = MIN_REL_GROWTH_HOST if column == "rss_bytes" else MIN_REL_GROWTH
     w = warmup_length(x, y, floor)
     if len(y) - w < MIN_POINTS:
         first = int(raw_index[w])

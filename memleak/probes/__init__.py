@@ -90,8 +90,13 @@ def probes_for_level(level: str) -> list[Probe]:
     from .census import CensusProbe
     from .host import HostProbe
     from .nvml import NvmlProbe
+    from .pinned import PinnedProbe
+    from .runtime import RuntimeProbe
+    from .scaler import ScalerProbe
+    from .workers import WorkerProbe
 
-    probes: list[Probe] = [AllocatorProbe(), NvmlProbe(), HostProbe()]
+    probes: list[Probe] = [AllocatorProbe(), NvmlProbe(), HostProbe(), PinnedProbe(), WorkerProbe(), RuntimeProbe()]
+    probes.append(ScalerProbe())
     if level in (Level.MODULES, Level.FULL):
         from .modules import ModuleProbe
 

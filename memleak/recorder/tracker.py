@@ -33,7 +33,7 @@ log = logging.getLogger("memleak")
 
 
 def _checked_options(
-    model: Any, optimizer: Any, level: str, census_budget: float, record_history: bool | int, out: Any
+    model: Any, optimizer: Any, level: str, budgets: dict[str, float], record_history: bool | int, out: Any
 ) -> list:
     """The optimizers as a list, once every option is one the Tracker can run with (else
     UsageError, before anything is installed)."""
@@ -45,8 +45,9 @@ def _checked_options(
     for opt in optimizers:
         if not isinstance(opt, torch.optim.Optimizer):
             raise UsageError(f"optimizer must be a torch.optim.Optimizer, not {type(opt).__name__}")
-    if not 0 < census_budget <= 1:
-        raise UsageError(f"census_budget is a share of step time in (0, 1], not {census_budget!r}")
+    for name, share in budgets.items():
+        if not 0 < share <= 1:
+            raise UsageError(f"{name} is a share of step time in (0, 1], not {share!r}")
     if record_history and out is None:
         raise UsageError("record_history needs out=: the snapshot is written next to the run file")
     return optimizers
@@ -67,9 +68,11 @@ class Tracker:
         record_history: bool | int = False,
         on_leak: Callable[[Any], None] | None = None,
         census_budget: float = 0.05,
+        workers_budget: float = 0.02,
         overwrite: bool = False,
     ):
-        optimizers = _checked_options(model, optimizer, level, census_budget, record_history, out)
+        budgets = {"census_budget": census_budget, "workers_budget": workers_budget}
+        optimizers = _checked_options(model, optimizer, level, budgets, record_history, out)
         from ..units import parse_bytes
 
         self.level = level
@@ -82,7 +85,8 @@ class Tracker:
         # With several optimizers (a GAN), the last one listed ends each iteration.
         self._optimizer_ref = weakref.ref(optimizers[-1]) if optimizers else (lambda: None)
         self._device_arg = device
-        self._census_budget = census_budget
+        self._budgets = budgets  # the sampled probes' shares of step time
+        self._optimizer_steps: int | None = None  # optimizer.step() calls, counted once a hook is on
         self._state = "new"
         self._probes: list[Probe] = []
         self._hooks: list[Any] = []
@@ -156,6 +160,7 @@ class Tracker:
             self._start_history()
         opt = self._optimizer_ref()
         if opt is not None:
+            self._optimizer_steps = 0
             self._hooks.append(opt.register_step_post_hook(self._on_optimizer_step))
         # Import what the live check needs before the first step: importing pandas and scipy
         # mid-run (at step 16) would add ~20 MiB to the C heap and RSS this run measures.
@@ -175,7 +180,7 @@ class Tracker:
             model_ref=self._model_ref,
             optimizer_ref=self._optimizer_ref,
             emit=self._emit_record,
-            options={"census_budget": self._census_budget},
+            options=dict(self._budgets),
         )
         skipped: list[tuple[str, str]] = []
         for probe in probes_for_level(self.level):
@@ -261,6 +266,8 @@ class Tracker:
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
         with self._lock:
+            if self._optimizer_steps is not None:
+                self._optimizer_steps += 1
             if self._manual or not self.active:
                 return
             self._end_step()
@@ -276,6 +283,8 @@ class Tracker:
         seconds = now - self._t_step
         step = self._step
         values: dict[str, Any] = {"step": step, "time": round(now - self._t0, 6), "duration": round(seconds, 6)}
+        if self._optimizer_steps is not None:
+            values["optimizer_steps"] = self._optimizer_steps
         for probe in list(self._probes):
             try:
                 values.update(probe.sample(step, seconds))

@@ -60,6 +60,7 @@ def render_html(report, include_plotlyjs: bool = True, full_html: bool = True) -
     if include_plotlyjs:
         parts.append(plotly_script())
     parts += _header(report) + _verdict(report) + tables.suspects_section(report.suspects, report.findings)
+    parts += tables.findings_section(report.findings)
     if report.ranks:
         parts += _ranks(report)
     elif hasattr(report.run, "steps"):

@@ -68,6 +68,22 @@ def suspects_section(suspects, findings=()) -> list[str]:
     return section("suspects", "Suspects, most likely first", table(headers, rows), *details)
 
 
+def findings_section(findings) -> list[str]:
+    """The findings that name no suspect (a drop explained, a loop without gradients), each
+    with its evidence and fix; nothing when there are none."""
+    notes = [f for f in findings if f.note]
+    if not notes:
+        return []
+    items = []
+    for f in notes:
+        evidence = "".join(f"<li>{escape(e)}</li>" for e in f.evidence)
+        items.append(
+            f"<details open><summary>{escape(f.kind.value)}: {escape(f.location)}</summary>"
+            f'<ul>{evidence}</ul><p class="fix"><b>what to do:</b> {escape(f.fix)}</p></details>'
+        )
+    return section("findings", "Findings (not leaks)", *items)
+
+
 def modules_section(run) -> list[str]:
     """Memory per module over the detail steps, sortable; nothing when the run has no module records."""
     t = series.module_table(run)

@@ -90,6 +90,21 @@ def suspect_lines(suspects, heading: str) -> list[str]:
     return lines
 
 
+def finding_lines(findings) -> list[str]:
+    """The findings that name no suspect (`Finding.note`): a drop explained, a loop run without
+    gradients, workers' growth within the host's memory. Each with its evidence and fix."""
+    notes = [f for f in findings if f.note]
+    if not notes:
+        return []
+    lines = ["", "findings (not leaks):"]
+    for f in notes:
+        lines += _wrap(f"{f.kind.value}: {f.location}", "  - ")
+        for e in f.evidence:
+            lines += _wrap(e, "      ")
+        lines += _wrap("what to do: " + f.fix, "      ")
+    return lines
+
+
 def render(report) -> str:
     """The whole report as text: a header, the verdict, the ranked suspects and notes."""
     if report.ranks:
@@ -117,6 +132,7 @@ def render(report) -> str:
     for e in g.evidence if g is not None and not growth_is_a_suspect else ():
         lines += _wrap(e, "  - ")
     lines += suspect_lines(report.suspects, "suspects, most likely first:")
+    lines += finding_lines(report.findings)
     for e in getattr(run, "events", []):
         if e.get("event") == "oom":
             lines += ["", f"out of memory at step {e.get('step')}: {e.get('message', '')}"]
@@ -206,6 +222,7 @@ def _render_ranks(report) -> str:
     else:
         lines += ["", "no rank diverges from the others."]
     lines += suspect_lines(report.suspects, "suspects over all ranks, most likely first:")
+    lines += finding_lines(report.findings)
     for e in run.events:
         if e.get("event") == "oom":
             lines += ["", f"out of memory on rank {e['rank']} at step {e.get('step')}: {e.get('message', '')}"]

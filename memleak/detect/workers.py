@@ -1,0 +1,175 @@
+"""Copy-on-read growth in DataLoader workers: each worker's PSS grows toward a copy of the
+Dataset's Python objects.
+
+Pure over the ``worker{i}_pss_bytes`` columns and the ``dataloader_workers`` events (which
+DataLoader, its epoch length, which columns its workers write; probes/workers.py). One set of
+workers is one segment of steps, from the event that announced it to the next set of the same
+loader (non-persistent workers start afresh each epoch). A segment whose workers' PSS grows
+steadily (detect/growth.py's test, on each worker's series) is reported, with the growth per
+worker and a projection to the end of the epoch against the host's memory. It is a leak when
+that projection exceeds the host's memory, or when the growth goes on past a whole epoch
+(by then every object was touched: more than a copy is growing); otherwise a finding to know.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..run import Run
+from ..schema import Finding, Kind, to_jsonable
+from ..units import fmt_bytes
+from .growth import MIN_POINTS, MIN_REL_GROWTH_HOST, Growth, analyze_growth
+
+NAME = "workers"
+EVENT = "dataloader_workers"
+
+FIX = (
+    "Keep the Dataset's data in a few large objects instead of many Python ones: numpy arrays "
+    "(np.array of numbers, or of fixed-width strings), an Arrow table (pyarrow, Hugging Face datasets) or "
+    "torch tensors. Touching one of them touches one reference count, so the workers share the data "
+    "instead of each copying it page by page. Failing that, use fewer workers (each makes its own copy), "
+    "and persistent_workers=True so the copies are not made again every epoch."
+)
+SPAWN_FIX = (
+    "The workers were not forked, so this is no copy-on-read: something in the worker keeps objects "
+    "(a cache in the Dataset, a collate_fn or worker_init_fn that appends to a list). Look at what "
+    "__getitem__ stores on self."
+)
+
+
+def detect(run: Run) -> list[Finding]:
+    findings = []
+    for ev, rows in _segments(run):
+        f = _judge(run, ev, rows)
+        if f is not None:
+            findings.append(f)
+    return findings
+
+
+def _segments(run: Run) -> list[tuple[dict, np.ndarray]]:
+    """(event, row positions) of each set of workers: from its event to the next of its loader."""
+    events = [e for e in run.events if e.get("event") == EVENT and isinstance(e.get("columns"), list)]
+    if not events or "step" not in run.steps:
+        return []
+    step = np.asarray(run.steps["step"], dtype=float)
+    out = []
+    for k, ev in enumerate(events):
+        later = [e["step"] for e in events[k + 1 :] if e.get("loader") == ev.get("loader")]
+        end = later[0] if later else np.inf
+        out.append((ev, np.flatnonzero((step >= float(ev.get("step", 0))) & (step < end))))
+    return out
+
+
+def _growth(run: Run, column: str, rows: np.ndarray) -> Growth | None:
+    """detect/growth.py's verdict on one worker's series over `rows`, or None without it."""
+    if column not in run.steps or len(rows) < MIN_POINTS:
+        return None
+    part = Run(run.meta, run.steps.iloc[rows][["step", "time", column]].reset_index(drop=True))
+    # like RSS, a worker's PSS creeps as this process writes pages it shared with the workers:
+    # only a rise of a few percent of the level counts
+    return analyze_growth(part, column, min_rel=MIN_REL_GROWTH_HOST)
+
+
+def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
+    columns = [c for c in ev["columns"] if isinstance(c, str)]
+    growth = {c: _growth(run, c, rows) for c in columns}
+    growing = {c: g for c, g in growth.items() if g is not None and g.leak and g.slope > 0}
+    if not growing:
+        return None
+    steps = run.steps
+    start, last = float(ev.get("step", 0)), float(steps["step"].iloc[rows[-1]])
+    epoch = ev.get("steps_per_epoch")
+    levels = {c: float(steps[c].iloc[rows].dropna().iloc[-1]) for c in columns if steps[c].iloc[rows].notna().any()}
+    slopes = {c: (growing[c].slope if c in growing else 0.0) for c in levels}
+    projected = _projection(run, levels, slopes, epoch, start, last)
+    host = run.meta.get("host_memory_bytes")
+    over = projected is not None and isinstance(host, (int, float)) and projected > float(host)
+    past = _past_epoch(run, columns, rows, epoch, start)
+    name = str(ev.get("loader", "a DataLoader"))
+    forked = ev.get("start_method") in (None, "fork")
+    evidence = [_growth_line(ev, name, growing, levels, last - start + 1, forked)]
+    if projected is not None:
+        evidence.append(_projection_line(projected, levels, slopes, epoch, start, last, host, run))
+    elif not epoch:
+        evidence.append("the epoch's length is unknown (the loader's sampler has no length): no projection")
+    if over:
+        evidence.append(
+            "that is more than the host's memory: the run is killed (host out of memory) before the epoch ends"
+        )
+    if past:
+        evidence.append(
+            f"the workers kept growing after a whole epoch ({epoch} steps), when every object was already "
+            "touched: more than a copy of the dataset grows"
+        )
+    bps = sum(g.slope for g in growing.values())
+    return Finding(
+        detector=NAME,
+        kind=Kind.HOST_GROWTH,
+        location=f"{name} (DataLoader workers)",
+        bytes_per_step=bps,
+        total_bytes=bps * (last - start),
+        confidence=max(g.confidence for g in growing.values()),
+        evidence=tuple(evidence),
+        fix=FIX if forked else SPAWN_FIX,
+        leak=over or past,
+        note=not (over or past),
+        data=to_jsonable(
+            {
+                "loader": name,
+                "per_worker_slope": {c: g.slope for c, g in growing.items()},
+                "projected_bytes": projected,
+                "host_memory_bytes": host,
+                "steps_per_epoch": epoch,
+                "past_epoch": past,
+            }
+        ),
+    )
+
+
+def _projection(run: Run, levels, slopes, epoch, start: float, last: float) -> float | None:
+    """Host memory at the end of the epoch: this process's RSS now plus each worker's PSS
+    grown at its rate until then (shared pages the workers still hold count in both: a bound)."""
+    if not epoch or not levels:
+        return None
+    left = max(0.0, start + float(epoch) - 1 - last)
+    rss = run.steps["rss_bytes"].dropna() if "rss_bytes" in run.steps else None
+    main = float(rss.iloc[-1]) if rss is not None and len(rss) else 0.0
+    return main + sum(levels[c] + slopes[c] * left for c in levels)
+
+
+def _past_epoch(run: Run, columns, rows: np.ndarray, epoch, start: float) -> bool:
+    """Whether a worker still grows after one whole epoch of the same workers."""
+    if not epoch:
+        return False
+    step = np.asarray(run.steps["step"], dtype=float)[rows]
+    later = rows[step >= start + float(epoch)]
+    return any((g := _growth(run, c, later)) is not None and g.leak and g.slope > 0 for c in columns)
+
+
+def _growth_line(ev: dict, name: str, growing: dict[str, Growth], levels, n_steps: float, forked: bool) -> str:
+    size = f", {ev['dataset_len']:,} items" if isinstance(ev.get("dataset_len"), int) else ""
+    each = "; ".join(
+        f"{c.removesuffix('_pss_bytes')} {fmt_bytes(g.slope, signed=True)}/step (to {fmt_bytes(levels.get(c))})"
+        for c, g in growing.items()
+    )
+    why = (
+        "copy-on-read: the workers were forked, and each copies the pages of the Dataset's Python objects "
+        "as it touches their reference counts, so its private memory grows toward a whole copy"
+        if forked
+        else f"the workers were started with {ev.get('start_method')}, so this is their own growth"
+    )
+    return (
+        f"the {len(levels)} worker processes of DataLoader `{name}` (over {ev.get('dataset', '?')}{size}) grew "
+        f"over {n_steps:.0f} steps, in proportional set size (PSS): {each}; {why}"
+    )
+
+
+def _projection_line(projected, levels, slopes, epoch, start, last, host, run: Run) -> str:
+    left = max(0.0, start + float(epoch) - 1 - last)
+    workers = sum(levels[c] + slopes[c] * left for c in levels)
+    share = f" ({projected / float(host):.0%} of the host's {fmt_bytes(host)})" if host else ""
+    return (
+        f"projected at the end of the epoch ({epoch} steps, {left:.0f} to go): the workers "
+        f"{fmt_bytes(workers)} together, and with this process's RSS about {fmt_bytes(projected)} of host "
+        f"memory{share}"
+    )

@@ -1,0 +1,29 @@
+"""Python's and autograd's state at each step's end: the full collections of the cyclic garbage
+collector (so a sudden drop can be told apart as garbage freed) and whether gradients were on
+(so an inference or evaluation loop is reported as one). About a microsecond a step."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import torch
+
+from . import Probe
+
+
+def grad_enabled() -> int:
+    """1 when autograd records at this moment, 0 under no_grad or inference_mode."""
+    return int(torch.is_grad_enabled() and not torch.is_inference_mode_enabled())
+
+
+class RuntimeProbe(Probe):
+    name = "runtime"
+
+    def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        full = gc.get_stats()[-1]  # the oldest generation: only a full collection frees cycles there
+        return {
+            "gc_collections": int(full["collections"]),
+            "gc_collected": int(full["collected"]),
+            "grad_enabled": grad_enabled(),
+        }

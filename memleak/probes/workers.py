@@ -1,0 +1,119 @@
+"""The memory of DataLoader worker processes: their proportional set size (PSS), each step.
+
+A Dataset of Python lists or dicts is copied page by page into every forked worker as the
+workers touch the objects' reference counts. That growth is in the workers, not in this
+process, and it shows in their PSS (``/proc/PID/smaps_rollup``: a page shared by n processes
+counts 1/n in each), not in their RSS, which counts shared pages whole and stays flat.
+
+Reading smaps_rollup makes the kernel walk the worker's page tables: 3 to 10 ms a worker on a
+loaded 2-core machine. So the reads run on a time budget (``workers_budget=``, a share of the
+run's time, 2 % by default): a step without a read writes null. Finding which DataLoader new
+workers belong to happens once per set of workers (probes/loaders.py). Linux only: elsewhere
+the probe is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from ..records import Event
+from ..schema import WORKER_PSS, RecordType
+from . import Probe, ProbeContext, Unavailable
+from .loaders import LoaderInfo, child_pids, identify
+
+#: How many bytes of smaps_rollup to read: the Pss line is the second one.
+READ_BYTES = 512
+
+
+def read_pss(fd: int) -> int | None:
+    """The PSS in bytes from an open smaps_rollup (re-read from its start), or None."""
+    data = os.pread(fd, READ_BYTES, 0)
+    at = data.find(b"\nPss:")
+    if at < 0:
+        return None
+    return int(data[at + 5 :].split(None, 1)[0]) * 1024
+
+
+class WorkerProbe(Probe):
+    name = "workers"
+
+    def start(self, ctx: ProbeContext) -> dict[str, Any]:
+        if not sys.platform.startswith("linux") or not os.path.exists("/proc/self/smaps_rollup"):
+            raise Unavailable("worker memory is read from /proc/PID/smaps_rollup (Linux 4.14 or later)")
+        self.ctx = ctx
+        self.budget = float(ctx.options.get("workers_budget", 0.02))
+        self.known: set[int] = set()  # child PIDs already looked at, workers or not
+        self.fds: dict[int, int] = {}  # worker PID -> its smaps_rollup, kept open
+        self.slot_of: dict[int, int] = {}  # worker PID -> its column slot
+        self.slots: dict[tuple[str, int], int] = {}  # (loader, worker index) -> slot, kept across epochs
+        self.t0: float | None = None  # when the first workers were seen: the budget counts from there
+        self.spent = 0.0
+        return {"workers_budget": self.budget}
+
+    def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        kids = child_pids()
+        new = {pid: p for pid, p in kids.items() if pid not in self.known}
+        self.known = set(kids)
+        for pid in [p for p in self.fds if p not in kids]:  # a worker exited (an epoch ended)
+            self._forget(pid)
+        if new:
+            self._add(step, identify(new, sys._getframe(1)))
+        if not self.slots:
+            return {}
+        values: dict[str, Any] = {"workers": len(self.fds), "worker_pss_bytes": None}
+        values.update({WORKER_PSS.format(s): None for s in self.slots.values()})
+        now = time.perf_counter()
+        if self.fds and self.t0 is not None and self.spent <= self.budget * (now - self.t0):
+            total = 0
+            for pid, fd in list(self.fds.items()):
+                try:
+                    pss = read_pss(fd)
+                except OSError:  # it exited since: next step forgets it
+                    pss = None
+                if pss is not None:
+                    values[WORKER_PSS.format(self.slot_of[pid])] = pss
+                    total += pss
+            values["worker_pss_bytes"] = total
+            self.spent += time.perf_counter() - now
+        return values
+
+    def _add(self, step: int, found: dict[int, tuple[LoaderInfo, int]]) -> None:
+        """Open each new worker's smaps_rollup, give it a column slot, and say which DataLoader
+        the new workers belong to (one event per loader)."""
+        by_loader: dict[LoaderInfo, list[tuple[int, int]]] = {}
+        for pid, (info, index) in found.items():
+            try:
+                fd = os.open(f"/proc/{pid}/smaps_rollup", os.O_RDONLY)
+            except OSError:
+                continue
+            self.fds[pid] = fd
+            slot = self.slots.setdefault((info.name, index), len(self.slots))
+            self.slot_of[pid] = slot
+            by_loader.setdefault(info, []).append((pid, slot))
+        if by_loader and self.t0 is None:
+            self.t0 = time.perf_counter()
+        for info, workers in by_loader.items():
+            workers.sort(key=lambda w: w[1])
+            details = {"step": step, "loader": info.name, "dataset": info.dataset, "dataset_len": info.dataset_len}
+            details.update(
+                num_workers=info.num_workers,
+                steps_per_epoch=info.steps_per_epoch,
+                persistent=info.persistent,
+                start_method=info.start_method,
+                pids=[w[0] for w in workers],
+                columns=[WORKER_PSS.format(w[1]) for w in workers],
+            )
+            self.ctx.emit(RecordType.EVENT, Event("dataloader_workers", details).to_dict())
+
+    def _forget(self, pid: int) -> None:
+        fd = self.fds.pop(pid, None)
+        self.slot_of.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+
+    def stop(self) -> None:
+        for pid in list(getattr(self, "fds", {})):
+            self._forget(pid)
