@@ -210,6 +210,17 @@ def run_target(target: str, args: list[str], as_module: bool = False) -> tuple[i
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
+def _save(report, out) -> str:
+    """Save the report into `out`; the line that says so, or "" when it could not be written
+    (said on stderr: the script ran, and its report is still shown)."""
+    try:
+        report.save(out)
+    except (OSError, UsageError) as e:
+        print(f"memleak: the report could not be written into {out}: {e}", file=sys.stderr)
+        return ""
+    return f"\nmemleak: run and report written to {out}/"
+
+
 def main(args: argparse.Namespace) -> int:
     target = args.target
     if not args.as_module and not Path(target).is_file():
@@ -257,12 +268,7 @@ def main(args: argparse.Namespace) -> int:
             return status
         raise UsageError(msg)
     report = session.tracker.report()
-    try:
-        report.save(args.out)
-        written = f"\nmemleak: run and report written to {args.out}/"
-    except (OSError, UsageError) as e:  # the script ran: still show what was found
-        written = ""
-        print(f"memleak: the report could not be written into {args.out}: {e}", file=sys.stderr)
+    written = _save(report, args.out)
     model = f", model {session.model_name}" if session.model_name else ", no model found (no module probes)"
     print(f"\nmemleak: tracked {session.steps} iterations of {name}{model}")
     print(report)
