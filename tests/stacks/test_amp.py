@@ -53,8 +53,8 @@ def amp_loop(track, steps, leak=None, scaler=True, overflow=(), zero_grad_first=
 @pytest.mark.parametrize("level", ["counters", "modules", "full"])
 @pytest.mark.parametrize("scaler", [False, True], ids=["autocast", "autocast+scaler"])
 def test_same_losses_and_nothing_left(level, scaler):
-    tracker = check_tracked_run(amp_loop, level, 24, scaler=scaler)
-    assert tracker.iterations == 24
+    tracker = check_tracked_run(amp_loop, level, 16, scaler=scaler)
+    assert tracker.iterations == 16
     if level == "full":
         assert_clean(tracker)
 
