@@ -259,8 +259,7 @@ def main(args: argparse.Namespace) -> int:
     name = f"-m {target}" if args.as_module else target
     if session.start_error is not None:
         raise MemleakError(
-            f"{name}: memleak could not start tracking "
-            f"(the script ran untracked): {session.start_error!r}"
+            f"{name}: memleak could not start tracking (the script ran untracked): {session.start_error!r}"
         ) from session.start_error
     if session.tracker is None or session.steps == 0:
         msg = (

@@ -5,23 +5,26 @@ Sources, strongest first (`schema.Boundary`); once a stronger one is seen, weake
 - ``tracker.step()`` (or a watched function returning): the loop says so.
 - ``optimizer.step()`` of the optimizer that ends each iteration (the last one given). An
   iteration whose step was skipped (a GradScaler that found inf or NaN gradients does not call
-  ``optimizer.step()``) still ends: when a backward pass went through the model and its gradients
-  were then reset (``zero_grad``) with no optimizer step in between, the model's next call ends it
-  (or, in a loop that zeroes gradients after the forward, its next backward pass). Calls and
-  backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and with several
-  optimizers any one's step counts as a step in between: a GAN's discriminator step may follow a
-  backward pass that also wrote the generator's gradients.
+  ``optimizer.step()``) still ends: when a backward pass reaches a parameter of that optimizer
+  whose gradient was reset (``zero_grad``) since the last backward pass, with no optimizer step in
+  between, the iteration before ended without a step. It is recorded at the next optimizer step,
+  just before that step ends its own iteration: the count is right, and both records are taken
+  between iterations. A gradient hook on one parameter sees this (parameters pickle and copy without
+  their hooks); backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and
+  with several optimizers any one's step counts as a step in between: a GAN's discriminator step
+  may follow a backward pass that also wrote the generator's gradients.
 - with ``auto`` (``memleak run``, where the loop cannot call ``tracker.step()``), when no optimizer
   step was seen: each backward pass through the model's output (weights updated by hand), and
   before any backward pass, each call of the model (inference). ``memleak.track`` leaves them off:
   a loop that calls ``tracker.step()`` would see iterations split before its first call.
 
 What the hooks see in the middle of a step (a backward pass may end in an autograd thread) is
-recorded at the next point where the loop is between iterations: the model's next call, the next
-optimizer step, ``tracker.step()``, or the tracker's close. The hooks are global module hooks
-filtered by identity (nothing is attached to the user's modules, so they pickle and copy as they
-were) and a pre-hook on the autograd node of the model's output, gone with its graph; every hook
-holds this object only weakly, and does nothing once it is removed.
+recorded at the next point where the loop is between iterations: the model's next call (with
+``auto``), the next optimizer step, ``tracker.step()``, or the tracker's close. ``auto`` needs
+global module hooks filtered by identity (nothing is attached to the user's modules, so they pickle
+and copy as they were; they cost every module call a little, so only ``auto`` has them) and a
+pre-hook on the autograd node of the model's output, gone with its graph. Every hook holds this
+object only weakly, and does nothing once it is removed.
 """
 
 from __future__ import annotations
@@ -41,8 +44,6 @@ STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMI
 # Output nodes whose hooks are removed at close; older graphs are gone (or kept by a leak, where
 # the hook stays inert).
 MAX_NODE_HANDLES = 64
-# Parameters looked through for one with a gradient (whose reset shows a skipped step).
-MAX_PARAMS = 64
 
 
 def _first_grad_fn(out: Any) -> Any:
@@ -71,8 +72,8 @@ class Boundaries:
         self.skipped = 0
         self.in_step = 0  # inside some optimizer.step()
         self.backward_since = False  # a backward pass through the model since the last optimizer step
-        self._grad: tuple[Any, Any, int] | None = None  # (param, its grad) weakly, the grad's version
-        self._in_pass = False
+        self._param: Callable[[], Any] = lambda: None  # the parameter whose gradient shows skipped steps
+        self._grad: tuple[Any, int] | None = None  # its gradient (weakly) after the last backward pass, and version
         self._model_ref: Callable[[], Any] = lambda: None
         self._model_id = 0
         self._handles: list[Any] = []
@@ -82,14 +83,18 @@ class Boundaries:
 
     # ------------------------------------------------------------ install / remove
     def install(self, model: Any, optimizers: list[Any]) -> None:
-        """Hook the optimizers (the last one ends each iteration) and the model's calls."""
+        """Hook the optimizers (the last one ends each iteration) and, with ``auto``, the model's calls."""
         self.active = True
         if optimizers and self.mode is not Boundary.CALL:
             self.mode = Boundary.OPTIMIZER
         for i, opt in enumerate(optimizers):
             self._hook_optimizer(opt, ending=i == len(optimizers) - 1)
-        if model is None or self.mode is Boundary.CALL or not (self.auto or optimizers) or is_compiled(model):
+        if is_compiled(model):
             return  # under torch.compile, Python hooks would run inside the compiled region
+        if optimizers and self.mode is Boundary.OPTIMIZER:
+            self._hook_parameter(optimizers[-1])
+        if model is None or self.mode is not None or not self.auto:
+            return
         self._model_ref, self._model_id = weakref.ref(model), id(model)
         me = weakref.ref(self)
 
@@ -122,15 +127,34 @@ class Boundaries:
 
         self._opt_handles += [opt.register_step_pre_hook(pre), opt.register_step_post_hook(post)]
 
+    def _hook_parameter(self, opt: Any) -> None:
+        """A gradient hook on the first trainable parameter of `opt`: each backward pass that reaches
+        it, before its gradient is accumulated."""
+        p = next((p for g in opt.param_groups for p in g["params"] if p.requires_grad), None)
+        if p is None:
+            return
+        self._param = weakref.ref(p)
+        me = weakref.ref(self)
+
+        def hook(grad):
+            b = me()
+            if b is not None and b.active:
+                b._on_backward_start()
+
+        self._opt_handles.append(p.register_hook(hook))
+
     def follow(self, optimizer: Any) -> None:
         """From now on `optimizer` ends each iteration (``memleak run``: another optimizer took over,
         or the first one stepped after tracking began without one); this step of it ends one."""
-        for h in self._opt_handles:
+        for h in (*self._opt_handles, *self._handles, *self._node_handles):  # the model's calls no longer matter
             h.remove()
         self._opt_handles.clear()
+        self._handles.clear()
+        self._node_handles.clear()
         self.in_step = 0
         self._hook_optimizer(optimizer, ending=True)
         if self.mode is not Boundary.CALL:
+            self._hook_parameter(optimizer)
             self.mode = Boundary.OPTIMIZER
             self.pending = None  # a backward pass seen to end: this step ends that same iteration
             self._on_optimizer_step(True)
@@ -152,6 +176,10 @@ class Boundaries:
             return True
         self.mode = Boundary.CALL
         self.pending = None
+        for h in (*self._handles, *self._node_handles):  # the model's calls no longer matter: no cost for them
+            h.remove()
+        self._handles.clear()
+        self._node_handles.clear()
         return self.kind is not Boundary.OPTIMIZER
 
     def flush(self) -> None:
@@ -169,13 +197,8 @@ class Boundaries:
             self._end(Boundary.OPTIMIZER, False)
 
     def _on_call(self) -> None:
-        if self.mode is Boundary.CALL or self.in_step:
-            return
-        if self.pending is not None:
+        if self.mode is not Boundary.CALL and not self.in_step:
             self.flush()
-        elif self.mode is Boundary.OPTIMIZER and self.backward_since and self._grads_reset():
-            self.backward_since = False
-            self._end(Boundary.OPTIMIZER, True)
 
     def _on_return(self, output: Any) -> None:
         if self.mode is Boundary.CALL:
@@ -194,7 +217,9 @@ class Boundaries:
             self.mode = self.pending = Boundary.FORWARD
 
     def _on_backward_start(self) -> None:
-        if self._in_pass:  # one backward pass through several outputs of the model
+        """A backward pass reached the model's output or the hooked parameter (several hooks in one
+        pass each queue the end callback: what it does may be done twice)."""
+        if self.mode is Boundary.CALL:
             return
         if (
             self.mode is Boundary.OPTIMIZER
@@ -202,7 +227,7 @@ class Boundaries:
             and not self.in_step
             and self.pending is None
             and self._grads_reset()
-        ):  # gradients zeroed after the forward: the skipped iteration ended before this pass
+        ):  # gradients reset with no step since the last pass: that iteration ended without one
             self.backward_since = False
             self.pending, self.pending_skip = Boundary.OPTIMIZER, True
         me = weakref.ref(self)
@@ -214,12 +239,10 @@ class Boundaries:
 
         try:
             torch.autograd.Variable._execution_engine.queue_callback(done)  # type: ignore[attr-defined]
-            self._in_pass = True
         except RuntimeError:  # not inside a backward pass after all
             pass
 
     def _on_backward_end(self) -> None:
-        self._in_pass = False
         self.backward_since = True
         if self.mode is Boundary.OPTIMIZER:
             self._grad = self._grad_state()
@@ -227,26 +250,16 @@ class Boundaries:
             self.mode = self.pending = Boundary.BACKWARD
 
     # ------------------------------------------------------------ gradients
-    def _grad_state(self) -> tuple[Any, Any, int] | None:
-        """The first of the model's parameters that has a gradient, its gradient (both weakly), and
-        the gradient's version: zero_grad drops it (set_to_none) or zeroes it in place."""
-        model = self._model_ref()
-        if model is None:
-            return None
-        for i, p in enumerate(model.parameters()):
-            if i >= MAX_PARAMS:
-                break
-            g = p.grad
-            if g is not None:
-                return weakref.ref(p), weakref.ref(g), g._version
-        return None
+    def _grad_state(self) -> tuple[Any, int] | None:
+        """The hooked parameter's gradient (weakly) and its version: zero_grad drops it
+        (set_to_none) or zeroes it in place."""
+        p = self._param()
+        g = None if p is None else p.grad
+        return None if g is None else (weakref.ref(g), g._version)
 
     def _grads_reset(self) -> bool:
-        state = self._grad
-        if state is None:
-            return False
-        p = state[0]()
-        if p is None:
+        state, p = self._grad, self._param()
+        if state is None or p is None:
             return False
         g = p.grad
-        return g is None or g is not state[1]() or g._version != state[2]
+        return g is None or g is not state[0]() or g._version != state[1]

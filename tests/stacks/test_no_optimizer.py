@@ -79,9 +79,11 @@ def _run(tmp_path, source, level, leak, tracked=True):
 
 
 @pytest.mark.parametrize("level", ["counters", "modules", "full"])
-@pytest.mark.parametrize(("source", "boundary"), [(HAND_SGD, "backward"), (INFERENCE, "forward")],
+# the hand-SGD loop's evaluation call after its last iteration records that iteration's end
+@pytest.mark.parametrize(("source", "boundary", "steps"), [(HAND_SGD, "backward", STEPS - 1),
+                                                           (INFERENCE, "forward", STEPS - 2)],
                          ids=["hand-sgd", "inference"])
-def test_iterations_marked_same_results_nothing_left(tmp_path, source, boundary, level):
+def test_iterations_marked_same_results_nothing_left(tmp_path, source, boundary, steps, level):
     plain, _ = _run(tmp_path, source, level, False, tracked=False)
     before = _global_hooks()
     results, session = _run(tmp_path, source, level, False)
@@ -89,7 +91,7 @@ def test_iterations_marked_same_results_nothing_left(tmp_path, source, boundary,
     assert _global_hooks() == before
     assert torch._C._len_torch_function_stack() == 0
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
-    assert session.steps == STEPS - 2
+    assert session.steps == steps
     run = session.tracker.run()
     assert [e["kind"] for e in run.events if e["event"] == "boundary"] == [boundary]
     report = str(session.tracker.report())
