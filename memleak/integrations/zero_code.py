@@ -277,17 +277,22 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(msg)
     report = session.tracker.report()
     report.save(args.out)
-    model = f", model {session.model_name}" if session.model_name else ", no model found (no module probes)"
-    print(f"\nmemleak: tracked {session.steps} iterations of {name}{model}")
-    from ..report.text import boundary_words
-
-    boundary = boundary_words(report.run)
-    if boundary:
-        print(f"memleak: {boundary}")
-    print(report)
+    _print_summary(session, name, report)
     print(f"\nmemleak: run and report written to {args.out}/")
     if error is not None:
         raise error
     if status:
         return status
     return 1 if (args.check and report.leak) else 0
+
+
+def _print_summary(session: ZeroCodeSession, name: str, report: Any) -> None:
+    """What was tracked, what ended its iterations, then the report."""
+    from ..report.text import boundary_words
+
+    model = f", model {session.model_name}" if session.model_name else ", no model found (no module probes)"
+    print(f"\nmemleak: tracked {session.steps} iterations of {name}{model}")
+    boundary = boundary_words(report.run)
+    if boundary:
+        print(f"memleak: {boundary}")
+    print(report)
