@@ -70,7 +70,7 @@ def test_same_losses_and_nothing_left(level, reentrant):
 
 
 @pytest.mark.parametrize(("leak", "reentrant"), [
-    ("loss_list", False), ("module_cache", False), ("retained_graph", False), ("retained_graph", True)])
+    ("loss_list", False), ("module_cache", False), ("retained_graph", True)])
 def test_planted_leaks_are_named_under_checkpointing(leak, reentrant):
     ran = checkpoint_loop(tracked("full"), 30, leak=leak, reentrant=reentrant)
     assert_leak_named(ran.tracker, leak)
