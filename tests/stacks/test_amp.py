@@ -94,3 +94,24 @@ def test_planted_leaks_are_named_under_autocast_and_scaler(leak):
     ran = amp_loop(tracked("full"), 30, leak=leak, overflow=(9,))
     assert ran.tracker.iterations == 30
     assert_leak_named(ran.tracker, leak)
+
+
+def test_everything_is_removed_when_the_loop_raises_mid_iteration():
+    from stacks.stack_harness import _global_hooks, left_installed
+
+    before = _global_hooks()
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scale = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    with pytest.raises(KeyError):
+        with tracked("full")(model, optimizer=opt):
+            for i in range(3):
+                opt.zero_grad()
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = model(torch.randn(4, 32)).float().sum()
+                scale.scale(loss).backward()
+                if i == 2:
+                    raise KeyError("in the middle of an iteration, after its backward pass")
+                scale.step(opt)
+                scale.update()
+    assert not left_installed([model], [opt], before)
