@@ -82,6 +82,16 @@ class Level(StrEnum):
 LEVELS = tuple(level.value for level in Level)
 
 
+class Boundary(StrEnum):
+    """What ends one iteration (the ``boundary`` event of a run), strongest first: a stronger one
+    seen takes over from a weaker one (see memleak/recorder/boundaries.py)."""
+
+    CALL = "call"  # tracker.step(), or a watched function returning
+    OPTIMIZER = "optimizer"  # optimizer.step() (or its gradients reset when a GradScaler skipped it)
+    BACKWARD = "backward"  # no optimizer step seen: a backward pass through the model's output
+    FORWARD = "forward"  # no optimizer step nor backward pass seen: a call of the model
+
+
 class Shape(StrEnum):
     """The shape of a memory series after its warm-up (see memleak.detect.growth)."""
 

@@ -8,19 +8,26 @@ script's iterations and its model by itself:
 - **iterations**: a global optimizer step hook
   (``torch.optim.optimizer.register_optimizer_step_post_hook``) sees every
   ``optimizer.step()``. The first optimizer that steps ends each iteration
-  (with two optimizers, as in a GAN, one boundary per iteration); if another
+  (with two optimizers, as in a GAN, one boundary per round); if another
   optimizer steps twice in a row without it, or it is freed, that one takes
-  over (a second training phase with a new optimizer).
-- **the model**: until the first optimizer step, global module forward hooks
-  note the modules called at the top level (not from inside another module);
-  the one that holds most of the stepping optimizer's parameters is the model
-  the tracker attaches its module probes to. Those global hooks are removed at
-  that first step, so the rest of the run pays nothing for them.
+  over (a second training phase with a new optimizer). A step a GradScaler
+  skipped still ends its iteration (memleak/recorder/boundaries.py).
+- **without an optimizer** (weights updated by hand, or inference only): each
+  backward pass through the model's output ends an iteration, and while no
+  backward pass was seen, each call of the model does; the first optimizer
+  step seen later takes over. The report says which boundary was used.
+- **the model**: until tracking starts, global module forward hooks note the
+  modules called at the top level (not from inside another module). At the
+  first optimizer step, the one that holds most of its parameters is the model
+  the tracker attaches its module probes to; when a module with parameters is
+  called at the top level a second time before any optimizer step, that module
+  is the model, and tracking starts there. Those global hooks are removed when
+  tracking starts, so the rest of the run pays nothing for them.
 
-Tracking starts at the first optimizer step (the iteration before it is the
-one used to find the model), and every hook is removed when the script ends,
-also when it raises. The run and the report are written into ``--out`` and the
-report is printed.
+Tracking starts at the first optimizer step or that second call (what ran
+before is used to find the model), and every hook is removed when the script
+ends, also when it raises. The run and the report are written into ``--out``
+and the report is printed.
 """
 
 from __future__ import annotations
@@ -82,7 +89,6 @@ class ZeroCodeSession:
         self._roots: dict[int, tuple[weakref.ref, int]] = {}  # id -> (module, top-level calls)
         self._anchor: weakref.ref | None = None
         self._since_anchor: dict[int, int] = {}
-        self._steps = 0
         self.start_error: BaseException | None = None
 
     # ------------------------------------------------------------ install / remove
@@ -102,6 +108,7 @@ class ZeroCodeSession:
             h.remove()
         self._module_handles.clear()
         self._roots.clear()
+        self._depth = 0
 
     def close(self, exc: BaseException | None = None) -> None:
         """Remove every global hook and stop the tracker. Idempotent."""
@@ -110,6 +117,9 @@ class ZeroCodeSession:
             h.remove()
         self._handles.clear()
         if self.tracker is not None:
+            # the script has ended and its globals are gone: an iteration a hook saw end is not
+            # recorded now, when what it held has been freed
+            self.tracker._boundaries.pending = None
             self.tracker.close(exc)
 
     # ------------------------------------------------------------ hooks
@@ -119,6 +129,9 @@ class ZeroCodeSession:
             if ref is None or ref() is not module:
                 ref, calls = weakref.ref(module), 0
             self._roots[id(module)] = (ref, calls + 1)
+            if calls + 1 == 2 and self.tracker is None and self.start_error is None and _has_parameters(module):
+                self._start_guarded(module, None)  # no optimizer step yet: this call begins iteration 0
+                return
         self._depth += 1
 
     def _post_forward(self, module, args, output) -> None:
@@ -128,35 +141,37 @@ class ZeroCodeSession:
         if self.start_error is not None:
             return
         if self.tracker is None:
-            try:
-                self._start(optimizer)
-            except Exception as e:  # never break the user's script: say so at its end
-                self.start_error = e
-                self.close()
+            self._start_guarded(self._find_model(optimizer), optimizer)
             return
         if not self.tracker.active:
             return
         anchor = self._anchor() if self._anchor is not None else None
-        if optimizer is anchor:
+        if optimizer is anchor:  # the tracker's own hook on it ended the iteration
             self._since_anchor.clear()
-        else:
-            n = self._since_anchor.get(id(optimizer), 0) + 1
-            self._since_anchor[id(optimizer)] = n
-            if anchor is not None and n < 2:
-                return
-            self._anchor = weakref.ref(optimizer)  # the old one is gone, or no longer steps
-            self._since_anchor.clear()
-        self.tracker.step()
-        self._steps += 1
+            return
+        n = self._since_anchor.get(id(optimizer), 0) + 1
+        self._since_anchor[id(optimizer)] = n
+        if anchor is not None and n < 2:
+            return
+        self._anchor = weakref.ref(optimizer)  # the first to step, or the old one is gone or no longer steps
+        self._since_anchor.clear()
+        self.tracker._follow_optimizer(optimizer)
 
-    def _start(self, optimizer) -> None:
+    def _start_guarded(self, model, optimizer) -> None:
+        try:
+            self._start(model, optimizer)
+        except Exception as e:  # never break the user's script: say so at its end
+            self.start_error = e
+            self.close()
+
+    def _start(self, model, optimizer) -> None:
         from ..recorder import Tracker
 
-        model = self._find_model(optimizer)
         self._remove_module_hooks()
-        self._anchor = weakref.ref(optimizer)
+        self._anchor = weakref.ref(optimizer) if optimizer is not None else None
         self.model_name = type(model).__name__ if model is not None else None
         self.tracker = Tracker(model, optimizer=optimizer, out=self.out, level=self.level, **self.tracker_options)
+        self.tracker._boundaries.auto = True  # no tracker.step() here: backward passes and calls may mark
         self.tracker.start()
 
     def _find_model(self, optimizer):
@@ -175,7 +190,11 @@ class ZeroCodeSession:
     @property
     def steps(self) -> int:
         """Iterations tracked so far."""
-        return self._steps
+        return self.tracker.iterations if self.tracker is not None else 0
+
+
+def _has_parameters(module) -> bool:
+    return next(iter(module.parameters()), None) is not None
 
 
 def run_target(target: str, args: list[str], as_module: bool = False) -> tuple[int, BaseException | None]:
@@ -251,15 +270,15 @@ def main(args: argparse.Namespace) -> int:
     name = f"-m {target}" if args.as_module else target
     if session.start_error is not None:
         raise MemleakError(
-            f"{name}: memleak could not start tracking at the first optimizer step "
-            f"(the script ran untracked): {session.start_error!r}"
+            f"{name}: memleak could not start tracking (the script ran untracked): {session.start_error!r}"
         ) from session.start_error
     if session.tracker is None or session.steps == 0:
         msg = (
             f"{name}: no iteration was tracked: memleak run marks an iteration at each optimizer.step(), "
-            "and the script made "
+            "else at each backward pass through the model, else at each call of the model (a module "
+            "with parameters called twice), and the script made "
             + ("only one" if session.tracker is not None else "none")
-            + "; wrap an inference loop in memleak.track(...) and call tracker.step() instead"
+            + "; wrap the loop in memleak.track(...) and call tracker.step() instead"
         )
         if error is not None:
             raise error
@@ -269,9 +288,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(msg)
     report = session.tracker.report()
     written = _save(report, args.out)
-    model = f", model {session.model_name}" if session.model_name else ", no model found (no module probes)"
-    print(f"\nmemleak: tracked {session.steps} iterations of {name}{model}")
-    print(report)
+    _print_summary(session, name, report)
     if written:
         print(written)
     if error is not None:
@@ -279,3 +296,15 @@ def main(args: argparse.Namespace) -> int:
     if status:
         return status
     return 1 if (args.check and report.leak) else 0
+
+
+def _print_summary(session: ZeroCodeSession, name: str, report: Any) -> None:
+    """What was tracked, what ended its iterations, then the report."""
+    from ..report.text import boundary_words
+
+    model = f", model {session.model_name}" if session.model_name else ", no model found (no module probes)"
+    print(f"\nmemleak: tracked {session.steps} iterations of {name}{model}")
+    boundary = boundary_words(report.run)
+    if boundary:
+        print(f"memleak: {boundary}")
+    print(report)

@@ -150,7 +150,9 @@ class ModuleProbe(Probe):
         i = self.index.get(id(module))
         if i is None:
             return
-        start = self.stack.pop() if self.stack else 0
+        if not self.stack:  # started inside this call (memleak run may start at a call of the model)
+            return
+        start = self.stack.pop()
         self.calls[i] += 1
         self.fwd[i] += self.count() - start
         if self.detail:

@@ -17,10 +17,11 @@ import torch
 
 from ..errors import UsageError
 from ..io import RecordSink, RunWriter, run_from_records
-from ..io.runfiles import free_path
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
-from ..schema import LEVELS
+from ..schema import LEVELS, Boundary
 from . import running
+from .boundaries import Boundaries
+from .incidents import dump_history, oom_counters
 from .live import NAN, LiveCheck
 from .runinfo import base_meta, run_file_path
 
@@ -83,16 +84,15 @@ class Tracker:
         self.on_leak = on_leak
         self._model_ref = weakref.ref(model) if model is not None else (lambda: None)
         # With several optimizers (a GAN), the last one listed ends each iteration.
-        self._optimizer_ref = weakref.ref(optimizers[-1]) if optimizers else (lambda: None)
+        self._optimizer_ref: Callable[[], Any] = weakref.ref(optimizers[-1]) if optimizers else (lambda: None)
+        self._optimizers = [weakref.ref(o) for o in optimizers]
         self._device_arg = device
         self._budgets = budgets  # the sampled probes' shares of step time
-        self._optimizer_steps: int | None = None  # optimizer.step() calls, counted once a hook is on
         self._state = "new"
         self._probes: list[Probe] = []
         self._hooks: list[Any] = []
         self._held_records: list[tuple[str, dict[str, Any]]] | None = []  # probe records before the header
-        self._manual = False
-        self._last_boundary_by_optimizer = False
+        self._boundaries = Boundaries(self._mark)  # what ends an iteration (boundaries.py)
         self._step = 0
         self._live = LiveCheck(functools.partial(running.warned_elsewhere, weakref.ref(self)))
         # steps may end in several threads at once: one at a time, numbered in order (reentrant, for
@@ -139,6 +139,8 @@ class Tracker:
     def _start(self) -> None:
         model = self._model_ref()
         self.device = resolve_device(self._device_arg, model)
+        # before the probes: a step that ends at a call of the model ends before their hooks see it
+        self._boundaries.install(model, [o for o in (r() for r in self._optimizers) if o is not None])
         if self.out is not None:
             # never replaces a file: a numbered name beside an earlier run; an unwritable folder
             # leaves the run in memory (path None) with one warning
@@ -158,10 +160,6 @@ class Tracker:
             self.sink.event("probe_skipped", probe=name, reason=why)
         if self.record_history:
             self._start_history()
-        opt = self._optimizer_ref()
-        if opt is not None:
-            self._optimizer_steps = 0
-            self._hooks.append(opt.register_step_post_hook(self._on_optimizer_step))
         # Import what the live check needs before the first step: importing pandas and scipy
         # mid-run (at step 16) would add ~20 MiB to the C heap and RSS this run measures.
         from ..detect import growth  # noqa: F401
@@ -178,7 +176,7 @@ class Tracker:
             device=self.device,
             level=self.level,
             model_ref=self._model_ref,
-            optimizer_ref=self._optimizer_ref,
+            optimizer_ref=lambda: self._optimizer_ref(),  # memleak run may follow another optimizer
             emit=self._emit_record,
             options=dict(self._budgets),
         )
@@ -220,11 +218,16 @@ class Tracker:
         if self._state in ("new", "closed"):
             self._state = "closed"
             return
+        if exc is None:
+            self._boundaries.flush()  # the last iteration, when a hook saw it end
+            if self._state == "closed":  # an on_leak that closed the tracker
+                return
         self._state = "closed"
         try:
             if is_oom(exc):
                 self._record_oom(exc)
         finally:
+            self._boundaries.remove()
             for handle in self._hooks:
                 handle.remove()
             self._hooks.clear()
@@ -256,22 +259,34 @@ class Tracker:
         with self._lock:
             if not self.active:
                 raise UsageError("tracker.step() was called outside the tracked block (the tracker is not running)")
-            if not self._manual:
-                self._manual = True
-                if self._last_boundary_by_optimizer:
-                    # optimizer.step() just ended this iteration; this call confirms it.
-                    self._last_boundary_by_optimizer = False
-                    return
+            if self._boundaries.on_step_call():  # False: it confirms the optimizer step that just ended one
+                self._mark(Boundary.CALL)
+
+    @property
+    def iterations(self) -> int:
+        """Iterations recorded so far."""
+        return self._step
+
+    def _mark(self, kind: Boundary, skipped: bool = False) -> None:
+        """End an iteration at a boundary of this kind; a kind other than the last one's is said in
+        a ``boundary`` event, a step a GradScaler skipped in a ``step_skipped`` one."""
+        with self._lock:
+            if not self.active:
+                return
+            sink = self._started_sink()
+            if kind is not self._boundaries.kind:
+                self._boundaries.kind = kind
+                sink.event("boundary", kind=kind.value, step=self._step)
+            if skipped:
+                self._boundaries.skipped += 1
+                sink.event("step_skipped", step=self._step)
             self._end_step()
 
-    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+    def _follow_optimizer(self, optimizer: Any) -> None:
+        """Let `optimizer` end each iteration from now on; its step now ends one (memleak run)."""
         with self._lock:
-            if self._optimizer_steps is not None:
-                self._optimizer_steps += 1
-            if self._manual or not self.active:
-                return
-            self._end_step()
-            self._last_boundary_by_optimizer = True
+            self._optimizer_ref = weakref.ref(optimizer)
+            self._boundaries.follow(optimizer)
 
     def _begin(self, step: int) -> None:
         for probe in self._probes:
@@ -283,8 +298,8 @@ class Tracker:
         seconds = now - self._t_step
         step = self._step
         values: dict[str, Any] = {"step": step, "time": round(now - self._t0, 6), "duration": round(seconds, 6)}
-        if self._optimizer_steps is not None:
-            values["optimizer_steps"] = self._optimizer_steps
+        if self._boundaries.optimizer_steps is not None:
+            values["optimizer_steps"] = self._boundaries.optimizer_steps
         for probe in list(self._probes):
             try:
                 values.update(probe.sample(step, seconds))
@@ -340,31 +355,14 @@ class Tracker:
         return None
 
     def _record_oom(self, exc: BaseException) -> None:
-        from ..probes.allocator import read_allocator
-        from ..probes.host import rss_bytes
-
-        counters: dict[str, Any] = {"rss_bytes": rss_bytes()}
-        try:
-            counters.update(read_allocator(self.device))
-        except Exception:
-            pass
+        counters = oom_counters(self.device)
         self._started_sink().event("oom", step=self._step, message=str(exc).splitlines()[0][:500], **counters)
         if self.record_history and self.path is not None:
             self._dump_history("oom-snapshot.pickle")
 
     def _dump_history(self, name: str) -> None:
-        from ..probes import history
-
         assert self.path is not None  # callers check that the run has a file
-        target = free_path(self.path.parent / name)  # never over a file already there
-        try:
-            written = history.dump(target)
-        except Exception as e:  # a failed dump must never hide the OOM or leak being reported
-            log.warning("memleak: could not write the memory snapshot %s: %s", target, e)
-            self._started_sink().event("snapshot_failed", path=target.name, error=repr(e))
-            return
-        if written:
-            self._started_sink().event("snapshot", path=target.name, step=self._step)
+        dump_history(self._started_sink(), self.path, name, self._step)
 
     # ------------------------------------------------------------ results
     def run(self) -> Run:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..probes import is_oom
+from ..schema import Boundary
 from .running import close_at_exit
 from .tracker import Tracker
 
@@ -26,7 +27,7 @@ def watch(model: Any = None, **options: Any) -> Callable:
 
     def decorate(fn: Callable) -> Callable:
         tracker = Tracker(model, **options)
-        tracker._manual = True  # each call is one iteration; optimizer steps do not mark any
+        tracker._boundaries.mode = Boundary.CALL  # each call is one iteration; optimizer steps mark none
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -42,8 +43,7 @@ def watch(model: Any = None, **options: Any) -> Callable:
                     tracker._record_oom(e)
                 raise
             with tracker._lock:  # calls returning in several threads: one step at a time
-                if tracker.active:
-                    tracker._end_step()
+                tracker._mark(Boundary.CALL)
             return result
 
         wrapper.tracker = tracker  # type: ignore[attr-defined]

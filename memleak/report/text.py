@@ -12,6 +12,14 @@ from ..units import fmt_bytes, fmt_duration, where_ranks
 
 WIDTH = 100
 
+# What ended each iteration (the `boundary` events; schema.Boundary)
+BOUNDARY_WORDS = {
+    "call": "each tracker.step() (or call of the watched function)",
+    "optimizer": "each optimizer.step()",
+    "backward": "each backward pass through the model's output (no optimizer step was seen)",
+    "forward": "each call of the model (no optimizer step nor backward pass was seen)",
+}
+
 
 def headline(report) -> str:
     """One sentence: the verdict and why."""
@@ -121,6 +129,9 @@ def render(report) -> str:
         if meta.get("device_name"):
             device += f" ({meta['device_name']})"
         lines.append(f"  {len(steps)} steps over {fmt_duration(span)} on {device}, level {meta.get('level', '?')}")
+        boundary = boundary_words(run)
+        if boundary:
+            lines += _wrap(boundary, "  ")
     if getattr(run, "truncated", False):
         lines.append(
             "  note: the run file was cut short (the process was killed); every whole step before that was read"
@@ -168,6 +179,25 @@ def _ranks_headline(report) -> str:
         return f"CLEAN: no sustained growth on any of the {len(report.ranks)} ranks"
     undecided = [r for r in report.ranks if r not in clean]
     return f"INCONCLUSIVE on {where_ranks(undecided)}: too few steps or no clear trend to decide"
+
+
+def boundary_words(run) -> str | None:
+    """Which boundary ended the run's iterations, in words (None for runs written before it was recorded)."""
+    events = getattr(run, "events", None) or []
+    changes = [e for e in events if e.get("event") == "boundary"]
+    if not changes:
+        return None
+    last = changes[-1]
+    line = "iterations end at " + BOUNDARY_WORDS.get(str(last.get("kind")), str(last.get("kind")))
+    if len(changes) > 1:
+        line += f" from step {last.get('step')} on"
+    skipped = sum(1 for e in events if e.get("event") == "step_skipped")
+    if skipped:
+        line += (
+            f"; {skipped} iteration{'s' if skipped != 1 else ''} whose optimizer step was skipped (a "
+            "GradScaler found inf or NaN gradients) ended when the gradients were reset"
+        )
+    return line
 
 
 def _render_ranks(report) -> str:

@@ -1,0 +1,272 @@
+"""Where one iteration ends, when the loop does not say so itself.
+
+Sources, strongest first (`schema.Boundary`); once a stronger one is seen, weaker ones mark nothing:
+
+- ``tracker.step()`` (or a watched function returning): the loop says so.
+- ``optimizer.step()`` of the optimizer that ends each iteration (the last one given). An
+  iteration whose step was skipped (a GradScaler that found inf or NaN gradients does not call
+  ``optimizer.step()``) still ends: when a backward pass reaches a parameter of that optimizer
+  whose gradient was reset (``zero_grad``) since the last backward pass, with no optimizer step in
+  between, the iteration before ended without a step. It is recorded at the next optimizer step,
+  just before that step ends its own iteration: the count is right, and both records are taken
+  between iterations. A gradient hook on one parameter sees this (parameters pickle and copy without
+  their hooks); backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and
+  with several optimizers any one's step counts as a step in between: a GAN's discriminator step
+  may follow a backward pass that also wrote the generator's gradients.
+- with ``auto`` (``memleak run``, where the loop cannot call ``tracker.step()``), when no optimizer
+  step was seen: each backward pass through the model's output (weights updated by hand), and
+  before any backward pass, each call of the model (inference). ``memleak.track`` leaves them off:
+  a loop that calls ``tracker.step()`` would see iterations split before its first call.
+
+What the hooks see in the middle of a step (a backward pass may end in an autograd thread) is
+recorded at the next point where the loop is between iterations: the model's next call (with
+``auto``), the next optimizer step, ``tracker.step()``, or the tracker's close. ``auto`` needs
+global module hooks filtered by identity (nothing is attached to the user's modules, so they pickle
+and copy as they were; they cost every module call a little, so only ``auto`` has them) and a
+pre-hook on the autograd node of the model's output, gone with its graph. Every hook holds this
+object only weakly, and does nothing once it is removed.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.modules.module as module_hooks
+
+from ..probes.identity import is_compiled
+from ..schema import Boundary
+
+STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
+# Output nodes whose hooks are removed at close; older graphs are gone (or kept by a leak, where
+# the hook stays inert).
+MAX_NODE_HANDLES = 64
+
+
+def _first_grad_fn(out: Any) -> Any:
+    """The autograd node of the first output tensor that has one (outputs may be tuples or dicts)."""
+    if isinstance(out, torch.Tensor):
+        return out.grad_fn
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        for o in out[:8]:
+            if isinstance(o, torch.Tensor) and o.grad_fn is not None:
+                return o.grad_fn
+    return None
+
+
+class Boundaries:
+    """Decides when an iteration ends; `end(kind, skipped)` records it (the Tracker's, under its lock)."""
+
+    def __init__(self, end: Callable[[Boundary, bool], None]):
+        self._end = end
+        self.mode: Boundary | None = None  # the strongest source seen so far
+        self.auto = False  # backward passes and calls of the model may end iterations (memleak run)
+        self.kind: Boundary | None = None  # that of the last iteration recorded (the Tracker sets it)
+        self.pending: Boundary | None = None  # seen in a hook, recorded at the next safe point
+        self.pending_skip = False
+        self.skipped = 0
+        self.optimizer_steps: int | None = None  # steps of the optimizer that ends iterations, once hooked
+        self.in_step = 0  # inside some optimizer.step()
+        self.backward_since = False  # a backward pass through the model since the last optimizer step
+        self._param: Callable[[], Any] = lambda: None  # the parameter whose gradient shows skipped steps
+        self._grad: tuple[Any, int] | None = None  # its gradient (weakly) after the last backward pass, and version
+        self._model_ref: Callable[[], Any] = lambda: None
+        self._model_id = 0
+        self._handles: list[Any] = []
+        self._opt_handles: list[Any] = []
+        self._node_handles: deque[Any] = deque(maxlen=MAX_NODE_HANDLES)
+        self.active = False
+
+    # ------------------------------------------------------------ install / remove
+    def install(self, model: Any, optimizers: list[Any]) -> None:
+        """Hook the optimizers (the last one ends each iteration) and, with ``auto``, the model's calls."""
+        self.active = True
+        if optimizers and self.mode is not Boundary.CALL:
+            self.mode = Boundary.OPTIMIZER
+        for i, opt in enumerate(optimizers):
+            self._hook_optimizer(opt, ending=i == len(optimizers) - 1)
+        if optimizers:
+            self.optimizer_steps = 0
+        if is_compiled(model):
+            return  # under torch.compile, Python hooks would run inside the compiled region
+        if optimizers and self.mode is Boundary.OPTIMIZER:
+            self._hook_parameter(optimizers[-1])
+        if model is None or self.mode is not None or not self.auto:
+            return
+        self._model_ref, self._model_id = weakref.ref(model), id(model)
+        me = weakref.ref(self)
+
+        def pre(module, args):
+            b = me()
+            if b is not None and id(module) == b._model_id and module is b._model_ref():
+                b._on_call()
+
+        def post(module, args, output):
+            b = me()
+            if b is not None and id(module) == b._model_id and module is b._model_ref():
+                b._on_return(output)
+
+        # registered before the probes' hooks: a step that ends at a call ends before they see it
+        self._handles.append(module_hooks.register_module_forward_pre_hook(pre))
+        self._handles.append(module_hooks.register_module_forward_hook(post))
+
+    def _hook_optimizer(self, opt: Any, ending: bool) -> None:
+        me = weakref.ref(self)
+
+        def pre(optimizer, args, kwargs):
+            b = me()
+            if b is not None:
+                b.in_step += 1
+
+        def post(optimizer, args, kwargs):
+            b = me()
+            if b is not None:
+                b._on_optimizer_step(ending)
+
+        self._opt_handles += [opt.register_step_pre_hook(pre), opt.register_step_post_hook(post)]
+
+    def _hook_parameter(self, opt: Any) -> None:
+        """A gradient hook on the first trainable parameter of `opt`: each backward pass that reaches
+        it, before its gradient is accumulated."""
+        p = next((p for g in opt.param_groups for p in g["params"] if p.requires_grad), None)
+        if p is None:
+            return
+        self._param = weakref.ref(p)
+        me = weakref.ref(self)
+
+        def hook(grad):
+            b = me()
+            if b is not None and b.active:
+                b._on_backward_start()
+
+        self._opt_handles.append(p.register_hook(hook))
+
+    def follow(self, optimizer: Any) -> None:
+        """From now on `optimizer` ends each iteration (``memleak run``: another optimizer took over,
+        or the first one stepped after tracking began without one); this step of it ends one."""
+        for h in (*self._opt_handles, *self._handles, *self._node_handles):  # the model's calls no longer matter
+            h.remove()
+        self._opt_handles.clear()
+        self._handles.clear()
+        self._node_handles.clear()
+        self.in_step = 0
+        self._hook_optimizer(optimizer, ending=True)
+        if self.optimizer_steps is None:
+            self.optimizer_steps = 0
+        if self.mode is not Boundary.CALL:
+            self._hook_parameter(optimizer)
+            self.mode = Boundary.OPTIMIZER
+            self.pending = None  # a backward pass seen to end: this step ends that same iteration
+            self._on_optimizer_step(True)
+
+    def remove(self) -> None:
+        """Remove every hook; those left in graphs the user keeps turn inert."""
+        self.active = False
+        for h in (*self._handles, *self._opt_handles, *self._node_handles):
+            h.remove()
+        self._handles.clear()
+        self._opt_handles.clear()
+        self._node_handles.clear()
+
+    # ------------------------------------------------------------ events
+    def on_step_call(self) -> bool:
+        """tracker.step() was called: whether it ends an iteration. The first call takes over;
+        right after an optimizer step it confirms the iteration that step ended."""
+        if self.mode is Boundary.CALL:
+            return True
+        self.mode = Boundary.CALL
+        self.pending = None
+        for h in (*self._handles, *self._node_handles):  # the model's calls no longer matter: no cost for them
+            h.remove()
+        self._handles.clear()
+        self._node_handles.clear()
+        return self.kind is not Boundary.OPTIMIZER
+
+    def flush(self) -> None:
+        """Record the iteration a hook saw end, if any."""
+        kind, skipped = self.pending, self.pending_skip
+        if kind is not None:
+            self.pending, self.pending_skip = None, False
+            self._end(kind, skipped)
+
+    def _on_optimizer_step(self, ending: bool) -> None:
+        self.in_step = max(0, self.in_step - 1)
+        self.backward_since = False
+        if ending and self.optimizer_steps is not None:
+            self.optimizer_steps += 1
+        if ending and self.mode is not Boundary.CALL and self.in_step == 0:
+            self.flush()
+            self._end(Boundary.OPTIMIZER, False)
+
+    def _on_call(self) -> None:
+        if self.mode is not Boundary.CALL and not self.in_step:
+            self.flush()
+
+    def _on_return(self, output: Any) -> None:
+        if self.mode is Boundary.CALL:
+            return
+        gf = _first_grad_fn(output)
+        if gf is not None:
+            me = weakref.ref(self)
+
+            def hook(grad_outputs):
+                b = me()
+                if b is not None and b.active:
+                    b._on_backward_start()
+
+            self._node_handles.append(gf.register_prehook(hook))
+        if self.auto and STRENGTH[self.mode] <= STRENGTH[Boundary.FORWARD] and not self.in_step:
+            self.mode = self.pending = Boundary.FORWARD
+
+    def _on_backward_start(self) -> None:
+        """A backward pass reached the model's output or the hooked parameter (several hooks in one
+        pass each queue the end callback: what it does may be done twice)."""
+        if self.mode is Boundary.CALL:
+            return
+        if (
+            self.mode is Boundary.OPTIMIZER
+            and self.backward_since
+            and not self.in_step
+            and self.pending is None
+            and self._grads_reset()
+        ):  # gradients reset with no step since the last pass: that iteration ended without one
+            self.backward_since = False
+            self.pending, self.pending_skip = Boundary.OPTIMIZER, True
+        me = weakref.ref(self)
+
+        def done():
+            b = me()
+            if b is not None and b.active:
+                b._on_backward_end()
+
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(done)  # type: ignore[attr-defined]
+        except RuntimeError:  # not inside a backward pass after all
+            pass
+
+    def _on_backward_end(self) -> None:
+        self.backward_since = True
+        if self.mode is Boundary.OPTIMIZER:
+            self._grad = self._grad_state()
+        elif self.auto and STRENGTH[self.mode] <= STRENGTH[Boundary.BACKWARD] and not self.in_step:
+            self.mode = self.pending = Boundary.BACKWARD
+
+    # ------------------------------------------------------------ gradients
+    def _grad_state(self) -> tuple[Any, int] | None:
+        """The hooked parameter's gradient (weakly) and its version: zero_grad drops it
+        (set_to_none) or zeroes it in place."""
+        p = self._param()
+        g = None if p is None else p.grad
+        return None if g is None else (weakref.ref(g), g._version)
+
+    def _grads_reset(self) -> bool:
+        state, p = self._grad, self._param()
+        if state is None or p is None:
+            return False
+        g = p.grad
+        return g is None or g is not state[0]() or g._version != state[1]

@@ -1,0 +1,44 @@
+"""What the tracker writes when something happens to the run it watches: an OOM's event with the
+counters at that moment, and the allocator history dumped beside the run file."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..io import RecordSink
+from ..io.runfiles import free_path
+
+log = logging.getLogger("memleak")
+
+
+def oom_counters(device: torch.device) -> dict[str, Any]:
+    """Host RSS and, where it can be read, the allocator's counters, as the OOM leaves them."""
+    from ..probes.allocator import read_allocator
+    from ..probes.host import rss_bytes
+
+    counters: dict[str, Any] = {"rss_bytes": rss_bytes()}
+    try:
+        counters.update(read_allocator(device))
+    except Exception:
+        pass
+    return counters
+
+
+def dump_history(sink: RecordSink, run_path: Path, name: str, step: int) -> None:
+    """Dump the allocator history to `name` beside the run file (never over a file already there)
+    and say so in an event; a dump that fails is a warning and an event, never an exception."""
+    from ..probes import history
+
+    target = free_path(run_path.parent / name)
+    try:
+        written = history.dump(target)
+    except Exception as e:  # a failed dump must never hide the OOM or leak being reported
+        log.warning("memleak: could not write the memory snapshot %s: %s", target, e)
+        sink.event("snapshot_failed", path=target.name, error=repr(e))
+        return
+    if written:
+        sink.event("snapshot", path=target.name, step=step)
