@@ -1,6 +1,5 @@
-"""The Lightning callback on CPU: a tiny LightningModule, no downloads."""
-import json
-
+"""The Lightning callback on CPU: a tiny LightningModule, no downloads. A leaking and a clean fit,
+with losses compared to an untracked one, are in tests/stacks/test_lightning_fit.py."""
 import pytest
 import torch
 from torch import nn
@@ -48,25 +47,6 @@ def fit(tmp_path, module, steps=40, **trainer_kwargs):
                          callbacks=[cb], **trainer_kwargs)
     trainer.fit(module, loader())
     return cb
-
-
-def test_leaky_fit_is_reported_with_its_suspect(tmp_path):
-    cb = fit(tmp_path, Tiny(leak=True))
-    report = cb.report
-    assert report.leak, str(report)
-    assert "outputs" in " ".join(s.location for s in report.suspects[:3]), str(report)
-    out = tmp_path / "memleak"
-    assert {"run.jsonl", "report.txt", "findings.json", "memory.png"} <= {p.name for p in out.iterdir()}
-    run = memleak.load(out)
-    assert len(run.steps) == 40
-    assert run.meta["model"] == "Tiny"
-    assert json.loads((out / "findings.json").read_text())["verdict"] == "leak"
-    assert cb.tracker is None  # closed: every hook removed
-
-
-def test_clean_fit_is_not_a_leak(tmp_path):
-    cb = fit(tmp_path, Tiny(leak=False))
-    assert not cb.report.leak, str(cb.report)
 
 
 def test_one_iteration_per_optimizer_step_with_gradient_accumulation(tmp_path):

@@ -3,6 +3,9 @@ LightningModule's `self.outputs` kept without detach found and named, a clean fi
 nothing left installed afterwards."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -10,6 +13,7 @@ from torch import nn
 pl = pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec")  # lightning's own deprecation noise
 
+import memleak  # noqa: E402
 from memleak.integrations.lightning import MemleakCallback  # noqa: E402
 
 STEPS = 30
@@ -78,6 +82,11 @@ def test_self_outputs_without_detach_is_found_and_named(fits):
     assert report.leak, str(report)
     assert report.suspects[0].location == "outputs", str(report)
     assert cb.tracker is None and installed(module) == 0
+    out = Path(report.run.path).parent  # the callback wrote the run and the report there
+    assert {"run.jsonl", "report.txt", "findings.json", "memory.png"} <= {p.name for p in out.iterdir()}
+    run = memleak.load(out)
+    assert len(run.steps) == STEPS and run.meta["model"] == "Classifier"
+    assert json.loads((out / "findings.json").read_text())["verdict"] == "leak"
 
 
 def test_a_clean_fit_is_clean_and_leaves_nothing_installed(fits):
