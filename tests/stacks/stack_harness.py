@@ -66,8 +66,10 @@ def _global_hooks():
             len(optimizer_hooks._global_optimizer_post_hooks))
 
 
-def left_installed(models, optimizers, before) -> list[str]:
-    """What memleak left: hooks on modules, parameters, optimizers, global hooks, modes."""
+def left_installed(models, optimizers=(), before=None) -> list[str]:
+    """What memleak left: hooks on modules, parameters, optimizers, global hooks, modes
+    (global hooks compared with `before`, a `_global_hooks()` taken earlier; None: none at all)."""
+    before = (0, 0, 0, 0, 0) if before is None else before
     left = []
     for model in models:
         for m in model.modules():

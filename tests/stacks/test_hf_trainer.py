@@ -11,6 +11,7 @@ pytest.importorskip("accelerate")  # Trainer needs it
 
 import memleak  # noqa: E402
 from memleak.integrations.huggingface import MemleakCallback  # noqa: E402
+from stacks.stack_harness import left_installed  # noqa: E402
 
 STEPS = 30
 
@@ -67,15 +68,6 @@ def fits(tmp_path_factory):
             for name in ("untracked", "clean", "leak")}
 
 
-def global_hooks() -> int:
-    from torch.nn.modules import module as m
-    from torch.overrides import _get_current_function_mode_stack
-
-    return (len(m._global_forward_hooks) + len(m._global_forward_pre_hooks)
-            + len(_get_current_function_mode_stack())
-            + (torch._C._autograd._top_saved_tensors_default_hooks(False) is not None))
-
-
 def test_losses_are_bit_identical_to_an_untracked_fit(fits):
     untracked = fits["untracked"][0].loss_values
     assert len(untracked) == STEPS
@@ -87,7 +79,7 @@ def test_the_metric_list_is_found_and_named(fits):
     report = cb.report
     assert report.leak, str(report)
     assert report.suspects[0].location.endswith("batch_losses"), str(report)
-    assert cb.tracker is None and global_hooks() == 0
+    assert cb.tracker is None and not left_installed([trainer.model])
 
 
 def test_a_clean_fit_is_clean(fits):
@@ -101,7 +93,7 @@ def test_a_fit_that_raises_closes_the_tracker_at_once(tmp_path):
     with pytest.raises(RuntimeError, match="boom"):
         fit(tmp_path, fail_at=7, steps=12, cb=cb)
     assert cb.tracker is None  # closed when train() raised, not at exit
-    assert global_hooks() == 0
+    assert not left_installed([])
     run = memleak.load(tmp_path / "memleak")
     assert len(run.steps) == 7
     assert (tmp_path / "memleak" / "report.txt").is_file()

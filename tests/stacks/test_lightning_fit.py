@@ -15,6 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec")  # lightning's own 
 
 import memleak  # noqa: E402
 from memleak.integrations.lightning import MemleakCallback  # noqa: E402
+from stacks.stack_harness import left_installed  # noqa: E402
 
 STEPS = 30
 
@@ -60,16 +61,6 @@ def fits(tmp_path_factory):
             for name in ("untracked", "clean", "leak")}
 
 
-def installed(module) -> int:
-    from torch.nn.modules import module as m
-    from torch.overrides import _get_current_function_mode_stack
-
-    own = [x for x in module.modules() if x._forward_hooks or x._forward_pre_hooks or x._backward_hooks]
-    return (len(own) + len(m._global_forward_hooks) + len(m._global_forward_pre_hooks)
-            + len(_get_current_function_mode_stack())
-            + (torch._C._autograd._top_saved_tensors_default_hooks(False) is not None))
-
-
 def test_losses_are_bit_identical_to_an_untracked_fit(fits):
     untracked = fits["untracked"][0].loss_values
     assert len(untracked) == STEPS
@@ -81,7 +72,7 @@ def test_self_outputs_without_detach_is_found_and_named(fits):
     report = cb.report
     assert report.leak, str(report)
     assert report.suspects[0].location == "outputs", str(report)
-    assert cb.tracker is None and installed(module) == 0
+    assert cb.tracker is None and not left_installed([module])
     out = Path(report.run.path).parent  # the callback wrote the run and the report there
     assert {"run.jsonl", "report.txt", "findings.json", "memory.png"} <= {p.name for p in out.iterdir()}
     run = memleak.load(out)
@@ -93,4 +84,4 @@ def test_a_clean_fit_is_clean_and_leaves_nothing_installed(fits):
     module, cb = fits["clean"]
     assert not cb.report.leak, str(cb.report)
     assert len(cb.report.run.steps) == STEPS
-    assert installed(module) == 0
+    assert not left_installed([module])
