@@ -14,6 +14,7 @@ On a shared CPU machine the CPU-time ratio is the steadier one.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import sys
@@ -30,6 +31,7 @@ from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 import memleak  # noqa: E402
 from memleak.recorder import Tracker  # noqa: E402
+from paired import measure  # noqa: E402
 
 LEVELS = ("counters", "modules", "full")
 D = 128
@@ -222,26 +224,6 @@ def block(build, device, level, steps) -> tuple[float, float]:
     return wall, cpu
 
 
-def measure(names, levels, device, rounds, steps):
-    for name in names:  # warm up: first-use imports and caches
-        for level in (None, *levels):
-            block(STACKS[name], device, level, 3)
-    wall: dict = {}
-    cpu: dict = {}
-    for _ in range(rounds):
-        order = [(n, lv) for n in names for lv in (None, *levels)]
-        random.shuffle(order)
-        for name, level in order:
-            w, c = block(STACKS[name], device, level, steps)
-            wall.setdefault((name, level), []).append(w)
-            cpu.setdefault((name, level), []).append(c)
-
-    def ratio(times, name, level):
-        return statistics.median(t / b for t, b in zip(times[(name, level)], times[(name, None)]))
-
-    return {(n, lv): (ratio(wall, n, lv), ratio(cpu, n, lv)) for n in names for lv in levels}, wall
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
@@ -259,7 +241,8 @@ def main(argv=None) -> int:
     names = [n for n in STACKS if wanted is None or any(w.lower() in n.lower() for w in wanted)]
     levels = tuple(args.levels.split(","))
     device = torch.device(args.device)
-    ratios, wall = measure(names, levels, device, args.rounds, args.steps)
+    blocks = {n: functools.partial(block, STACKS[n], device) for n in names}
+    ratios, wall = measure(blocks, levels, args.rounds, args.steps)
     print(f"{device}, torch {torch.__version__}, memleak {memleak.__version__}: whole-loop time of {args.steps} "
           f"iterations, tracked / untracked, median of {args.rounds} paired rounds (wall | CPU)")
     width = max(len(n) for n in names)

@@ -3,8 +3,7 @@ Lightning fit: whole-loop time, tracked over untracked, per level.
 
     python benchmarks/stacks_compile.py [--rounds 5] [--steps 30] [--stacks compile,hf,lightning,ddp,fsdp2]
 
-Written beside benchmarks/stacks.py (the other stacks, built by another engineer at the same
-time) with its method: per round, every (stack, level) block and its untracked block run in a
+The method of benchmarks/stacks.py (benchmarks/paired.py): per round, every (stack, level) block and its untracked block run in a
 shuffled order; a block is the whole loop (or the whole fit), timed end to end (wall clock and
 process CPU time); the ratio is the median over rounds of tracked / untracked within the round.
 A compiled model is compiled once (a warm-up block) and reused by every block, so blocks time
@@ -14,6 +13,7 @@ On a shared CPU machine the CPU-time ratio is the steadier one.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -32,6 +32,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import memleak  # noqa: E402
+from paired import measure  # noqa: E402
 
 LEVELS = ("counters", "modules", "full")
 D = 128
@@ -150,26 +151,6 @@ def block(run, level, steps) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def measure(runners: dict, levels, rounds, steps):
-    for run in runners.values():  # warm up: compiles, first-use imports and caches
-        for level in (None, *levels):
-            block(run, level, 3)
-    wall: dict = {}
-    cpu: dict = {}
-    for _ in range(rounds):
-        order = [(n, lv) for n in runners for lv in (None, *levels)]
-        random.shuffle(order)
-        for name, level in order:
-            w, c = block(runners[name], level, steps)
-            wall.setdefault((name, level), []).append(w)
-            cpu.setdefault((name, level), []).append(c)
-
-    def ratio(times, name, level):
-        return statistics.median(t / b for t, b in zip(times[(name, level)], times[(name, None)]))
-
-    return {(n, lv): (ratio(wall, n, lv), ratio(cpu, n, lv)) for n in runners for lv in levels}, wall
-
-
 # ---------------------------------------------------------------- DDP and FSDP2, two gloo ranks
 
 def _dist_runner(kind: str):
@@ -210,7 +191,7 @@ def _dist_worker(rank, port, levels, rounds, steps, out):
     try:
         random.seed(0)  # the same shuffled order on both ranks: their collectives must pair up
         runners = {f"{k}, 2 gloo ranks": _dist_runner(k) for k in ("DDP", "FSDP2")}
-        ratios, wall = measure(runners, levels, rounds, steps)
+        ratios, wall = measure({n: functools.partial(block, r) for n, r in runners.items()}, levels, rounds, steps)
         if rank == 0:
             rows = {f"{n}|{lv}": r for (n, lv), r in ratios.items()}
             base = {n: statistics.median(wall[(n, None)]) for n in runners}
@@ -244,7 +225,7 @@ def main(argv=None) -> int:
     wanted = [w.lower() for w in args.stacks.split(",")]
     levels = tuple(args.levels.split(","))
     names = [n for n in STACKS if any(w in n.lower() for w in wanted)]
-    ratios, wall = measure({n: STACKS[n]() for n in names}, levels, args.rounds, args.steps)
+    ratios, wall = measure({n: functools.partial(block, STACKS[n]()) for n in names}, levels, args.rounds, args.steps)
     base = {n: statistics.median(wall[(n, None)]) for n in names}
     if any(w in ("ddp", "fsdp2") for w in wanted):
         r, b = measure_distributed(levels, args.rounds, args.steps)
