@@ -188,37 +188,53 @@ def test_scenario_pairs_that_disagree_are_listed():
 # ---------------------------------------------------------------- the fixture checks
 
 
-def _series_fixture(root: Path, name: str, leak: int, steps: int = 60) -> Path:
-    """A fixture folder as the allocator part writes it, from a synthetic CUDA-like series."""
+def _meta(folder: Path, **workload) -> None:
+    meta = {"device": "synthetic", "driver": "0", "cuda": "0", "torch": "0", "workload": workload}
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def _series_fixture(root: Path, name: str, columns: dict, **workload) -> Path:
+    """A fixture folder as the allocator and fragmentation parts write it (run.jsonl, memory_stats.json,
+    meta.json), from synthetic allocator series: `columns` maps a step column to its values."""
     folder = root / name
     folder.mkdir()
-    rng = np.random.default_rng(0)
+    n = len(next(iter(columns.values())))
     w = RunWriter(folder / "run.jsonl")
     w.header({"device": "cuda:0", "level": "counters", "device_total_bytes": 80 << 30})
     rows = []
-    for i in range(steps):
-        allocated = 200 * MiB + leak * i + int(rng.integers(0, 4096)) * 512
-        stats = {key: 0 for key in STAT_COLUMNS}
-        stats.update({"allocated_bytes.all.current": allocated, "reserved_bytes.all.current": 1 << 30,
-                      "active_bytes.all.current": allocated, "requested_bytes.all.current": allocated - 512})
-        w.step({"step": i, "time": 0.01 * (i + 1), "duration": 0.01,
+    for i in range(n):
+        stats = {key: int(columns[col][i]) if col in columns else 0 for key, col in STAT_COLUMNS.items()}
+        w.step({"step": i, "time": 0.01 * (i + 1), "duration": 0.01, "device_total_bytes": 80 << 30,
                 **{col: stats[key] for key, col in STAT_COLUMNS.items()}})
         rows.append(stats)
     w.close()
     write_stats(folder, rows)
-    meta = {"device": "synthetic", "driver": "0", "cuda": "0", "torch": "0", "workload": {"leak_bytes_per_step": leak}}
-    (folder / "meta.json").write_text(json.dumps(meta))
+    _meta(folder, **workload)
     return folder
 
 
-def test_the_fixture_checks_accept_the_right_series_and_reject_the_wrong_one(tmp_path):
-    leak, clean = _series_fixture(tmp_path, "leak", 2 * MiB), _series_fixture(tmp_path, "clean", 0)
+def _linear(leak: int, n: int = 60) -> dict:
+    allocated = 200 * MiB + leak * np.arange(n) + np.random.default_rng(0).integers(0, 4096, n) * 512
+    return {"allocated_bytes": allocated, "reserved_bytes": np.full(n, 1 << 30), "active_bytes": allocated}
+
+
+def test_the_series_fixture_checks_accept_the_right_series_and_reject_the_wrong_one(tmp_path):
+    from tests.test_fragmentation import fragmenting
+
+    leak = _series_fixture(tmp_path, "leak", _linear(2 * MiB), leak_bytes_per_step=2 * MiB)
+    clean = _series_fixture(tmp_path, "clean", _linear(0), leak_bytes_per_step=0)
+    steps = fragmenting().steps
+    columns = {c: steps[c].to_numpy() for c in steps if c in STAT_COLUMNS.values()}
+    frag = _series_fixture(tmp_path, "fragmenting", columns)
     fc.check_leak(leak)
     fc.check_clean(clean)
+    fc.check_fragmenting(frag)
     with pytest.raises(AssertionError, match="clean fixture called a leak"):
         fc.check_clean(leak)
     with pytest.raises(AssertionError, match="leak fixture: verdict"):
         fc.check_leak(clean)
+    with pytest.raises(AssertionError, match="no fragmentation finding"):
+        fc.check_fragmenting(clean)
     rows = json.loads((leak / "memory_stats.json").read_text())
     rows[5]["reserved_bytes.all.current"] += 1
     write_stats(leak, rows)
@@ -227,6 +243,42 @@ def test_the_fixture_checks_accept_the_right_series_and_reject_the_wrong_one(tmp
     (clean / "meta.json").write_text(json.dumps({"device": "x", "cuda": "1", "torch": "2"}))
     with pytest.raises(AssertionError, match=r"lacks \['driver'\]"):
         fc.read_meta(clean)
+
+
+def test_the_snapshot_and_oom_fixture_checks(tmp_path):
+    import memleak
+    from benchmarks.acceptance import snapshots
+    from benchmarks.acceptance.harness import Context
+    from benchmarks.acceptance.presets import PRESETS
+
+    ctx = Context(out=tmp_path, cuda=False, dry_run=True, sizes=PRESETS["tiny"]["snapshot"])
+    snapshots.run(ctx)  # the synthetic pair, as the snapshot part's dry run writes it
+    folder = tmp_path / "snapshot"
+    (tmp_path / "work" / "snapshot").rename(folder)
+    reserved = int(memleak.load(folder / "after.pickle").fragmentation()["reserved_bytes"].sum())
+    _meta(folder, reserved_at_dump=reserved, leak_function="leak_tensors", leak_count=4)
+    fc.check_snapshot(folder)
+    _meta(folder, reserved_at_dump=reserved, leak_function="leak_tensors", leak_count=5)
+    with pytest.raises(AssertionError, match="diff counts 4 kept tensors"):
+        fc.check_snapshot(folder)
+
+    oom = tmp_path / "oom"
+    oom.mkdir()
+    w = RunWriter(oom / "run.jsonl")
+    w.header({"device": "cuda:0", "level": "counters"})
+    w.step({"step": 0, "time": 0.1, "allocated_bytes": MiB})
+    w.event("oom", step=1, message="CUDA out of memory", num_ooms=1)
+    w.close()
+    _meta(oom, snapshot_in_fixture=False)
+    with pytest.raises(AssertionError, match="no snapshot event"):
+        fc.check_oom(oom)
+    w = RunWriter(oom / "run.jsonl", overwrite=True)
+    w.header({"device": "cuda:0", "level": "counters"})
+    w.step({"step": 0, "time": 0.1, "allocated_bytes": MiB})
+    w.event("oom", step=1, message="CUDA out of memory", num_ooms=1)
+    w.event("snapshot", path="oom-snapshot.pickle", step=1)
+    w.close()
+    fc.check_oom(oom)
 
 
 #: What the device machine has besides the standard library (docs/gpu.md): the run needs nothing else.

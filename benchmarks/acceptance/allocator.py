@@ -140,9 +140,9 @@ def retries_and_oom(folder: Path, dev) -> dict[str, Any]:
 
 def nvml_gap(nvml: Nvml | None, dev, context_bytes: int | None, runs: dict) -> dict[str, Any]:
     """The gap between NVML's count for this process and the allocator's reserve, named."""
-    if nvml is None or context_bytes is None:
-        return {"available": False, "why": "NVML lists no pid of this process (a container hides host pids)"}
     steps = runs["clean"].steps
+    if nvml is None or context_bytes is None or "nvml_process_bytes" not in steps:
+        return {"available": False, "why": "NVML lists no pid of this process (a container hides host pids)"}
     gap = (steps["nvml_process_bytes"] - steps["reserved_bytes"]).astype(float)
     late = gap.iloc[len(gap) // 3 :]
     return {
