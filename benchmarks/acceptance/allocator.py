@@ -219,6 +219,9 @@ def run(ctx: Context) -> dict[str, Any]:
         column=steps["num_ooms"].tolist(),
     )
     gap = nvml_gap(nvml, dev, context_bytes, runs)
+    if gap["available"]:  # the context is most of the gap, and the gap holds still once the loop runs
+        checks.check("NVML gap holds the CUDA context", gap["gap_end_bytes"] >= 0.9 * gap["cuda_context_bytes"], **gap)
+        checks.check("NVML gap steady after warm-up", gap["gap_spread_after_warmup_bytes"] <= 64 * MiB)
     if nvml is not None:
         nvml.close()
     findings = [f.kind.value for f in memleak.analyze(ro["run"]).findings]

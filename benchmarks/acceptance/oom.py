@@ -16,7 +16,7 @@ from .harness import REPO, SKIPPED_NO_CUDA, Checks, Context, fixture_meta, skipp
 
 MiB = 1 << 20
 #: A snapshot bigger than this is not kept as a fixture (the fixtures stay under 5 MiB together).
-MAX_FIXTURE_SNAPSHOT = 2 * MiB
+MAX_FIXTURE_SNAPSHOT = 1 * MiB
 
 
 def _step(torch, model, opt, batch: int, dev) -> None:

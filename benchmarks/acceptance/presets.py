@@ -33,7 +33,12 @@ _CUDA: dict[str, dict] = {
         "compile": True,
         "backend": "inductor",
     },
-    "scenarios": {"names": None, "steps": None, "levels": LEVELS, "workers": max(1, min(8, (os.cpu_count() or 2) - 2))},
+    "scenarios": {
+        "names": None,
+        "steps": None,
+        "levels": LEVELS,
+        "workers": max(1, min(12, (os.cpu_count() or 2) - 2)),
+    },
 }
 
 _DRY: dict[str, dict] = {

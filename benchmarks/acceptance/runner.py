@@ -27,9 +27,9 @@ PARTS = [
     ("oom", "oom", 60),
     ("snapshot", "snapshots", 100),
     ("cuda_tests", "cuda_tests", 120),
-    ("headroom", "headroom", 60),
-    ("overhead", "overhead", 120),
     ("scenarios", "scenarios", 180),
+    ("headroom", "headroom", 60),
+    ("overhead", "overhead", 120),  # last: a compile that runs long still leaves its eager figures
     ("fixtures", "fixtures", 30),
 ]
 #: Seconds of the budget kept for the fixtures part, which reads what the others wrote.

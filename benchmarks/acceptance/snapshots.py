@@ -18,7 +18,7 @@ from .harness import Checks, Context, fixture_meta
 MiB = 1 << 20
 LEAK_FUNCTION = "leak_tensors"
 #: The two fixture pickles together stay under this (all fixtures under 5 MiB).
-FIXTURE_BUDGET = int(2.5 * MiB)
+FIXTURE_BUDGET = 2 * MiB
 
 
 def leak_tensors(torch, dev, count: int) -> list:
