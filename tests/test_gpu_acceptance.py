@@ -29,11 +29,14 @@ def dry(tmp_path_factory):
     """One dry run with the smallest sizes, in this process: (exit status, results, stdout)."""
     import contextlib
     import io
+    import logging
 
     out = tmp_path_factory.mktemp("acceptance")
     printed = io.StringIO()
+    level = logging.getLogger("memleak").level
     with contextlib.redirect_stdout(printed):
         status = runner.main([str(out), "--dry-run", "--preset", "tiny"])
+    assert logging.getLogger("memleak").level == level  # quieted per scenario, then put back
     return status, json.loads((out / "results.json").read_text()), printed.getvalue()
 
 
@@ -46,6 +49,13 @@ def test_the_dry_run_records_every_part_and_prints_a_line_for_each(dry):
         assert part["status"] and part["summary"] and part["seconds"] >= 0, name
     lines = printed.splitlines()
     assert [line.split()[0] for line in lines[:-1]] == NAMES and "every part passed" in lines[-1]
+
+
+def test_the_dry_run_leaves_this_process_as_it_found_it(dry):
+    import torch
+
+    assert torch.get_default_device() == torch.device("cpu")  # the scenarios ran under torch.device("cpu:0")
+    assert torch._C._len_torch_function_stack() == 0 and torch._C._len_torch_dispatch_stack() == 0
 
 
 def test_cuda_only_parts_are_skipped_with_their_reason(dry):
@@ -205,7 +215,7 @@ def _series_fixture(root: Path, name: str, columns: dict, **workload) -> Path:
     for i in range(n):
         stats = {key: int(columns[col][i]) if col in columns else 0 for key, col in STAT_COLUMNS.items()}
         w.step({"step": i, "time": 0.01 * (i + 1), "duration": 0.01, "device_total_bytes": 80 << 30,
-                **{col: stats[key] for key, col in STAT_COLUMNS.items()}})
+                "device_free_bytes": (70 << 30) - i, **{col: stats[key] for key, col in STAT_COLUMNS.items()}})
         rows.append(stats)
     w.close()
     write_stats(folder, rows)
@@ -279,6 +289,50 @@ def test_the_snapshot_and_oom_fixture_checks(tmp_path):
     w.event("snapshot", path="oom-snapshot.pickle", step=1)
     w.close()
     fc.check_oom(oom)
+
+
+def test_the_allocator_comparison_names_the_column_and_step_that_differ(tmp_path):
+    import memleak
+    from benchmarks.acceptance.allocator import compare_columns
+    from benchmarks.acceptance.harness import Checks
+
+    folder = _series_fixture(tmp_path, "leak", _linear(MiB))
+    stats = json.loads((folder / "memory_stats.json").read_text())
+    raw = [{"stats": row, "free": (70 << 30) - i, "nvml_process_bytes": None} for i, row in enumerate(stats)]
+    run = memleak.load(folder)
+    checks = Checks()
+    compare_columns(run, raw, checks, "t")
+    assert not checks.failed and len(checks.items) == len(STAT_COLUMNS) + 3
+    raw[3]["stats"]["allocated_bytes.all.current"] += 1
+    raw[7]["free"] += 64 * MiB
+    checks = Checks()
+    compare_columns(run, raw, checks, "t")
+    assert checks.failed == ["t: allocated_bytes == memory_stats['allocated_bytes.all.current']",
+                             "t: device_free_bytes == mem_get_info"]
+    assert checks.items[checks.failed[0]]["mismatched_steps"] == [3]
+
+
+def test_the_fragmentation_checks_read_the_workers_results():
+    from benchmarks.acceptance.fragmentation import _check_growing, _check_split
+    from benchmarks.acceptance.harness import Checks
+
+    default = {"allocated_min": 64 * MiB, "allocated_max": 64 * MiB, "reserved_at_tenth": 1 << 30,
+               "reserved_end": 4 << 30, "findings": ["fragmentation"],
+               "fix": "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the first CUDA allocation (...)."}
+    checks = Checks()
+    runs = {"growing default": default, "growing expandable_segments:True": {"reserved_end": 1 << 30}}
+    assert _check_growing(runs, checks) == "expandable_segments:True" and not checks.failed
+    runs["growing expandable_segments:True"] = {"reserved_end": 4 << 30}
+    _check_growing(runs, checks)
+    assert checks.failed == ["expandable_segments:True reduces the reserve"]
+    split = {"reserved_end": 1024 * MiB, "allocated_end": 240 * MiB, "inactive_split_end": 784 * MiB,
+             "snapshot_reserved": 1024 * MiB, "snapshot_allocated": 240 * MiB, "snapshot_inactive_split": 784 * MiB}
+    capped = {**split, "reserved_end": 240 * MiB, "inactive_split_end": 0}
+    checks = Checks()
+    _check_split({"split default": split, "split max_split_size_mb:128": capped}, checks)
+    assert not checks.failed and len(checks.items) == 3
+    _check_split({"split default": split, "split max_split_size_mb:128": {"error": "rc 1"}}, checks)
+    assert checks.failed == ["split cases ran"]
 
 
 #: What the device machine has besides the standard library (docs/gpu.md): the run needs nothing else.

@@ -170,6 +170,22 @@ def _open_nvml(dev) -> Nvml | None:
     return nvml
 
 
+def _check_retries(ro: dict[str, Any], checks: Checks) -> None:
+    """The retry run's counters: as memory_stats has them, one retry or more, one OOM."""
+    steps = ro["run"].steps
+    checks.check(
+        "retries column == memory_stats",
+        steps["num_alloc_retries"].tolist() == [r["num_alloc_retries"] for r in ro["raw"]],
+        column=steps["num_alloc_retries"].tolist(),
+    )
+    checks.check("a retry was counted", int(steps["num_alloc_retries"].iloc[-1]) >= 1)
+    checks.check(
+        "the OOM was counted",
+        steps["num_ooms"].tolist()[-1] - steps["num_ooms"].tolist()[0] == 1,
+        column=steps["num_ooms"].tolist(),
+    )
+
+
 def run(ctx: Context) -> dict[str, Any]:
     if not ctx.cuda:
         return skipped(SKIPPED_NO_CUDA, reason="memory_stats and NVML exist only on a CUDA device")
@@ -182,7 +198,7 @@ def run(ctx: Context) -> dict[str, Any]:
     context_bytes = _context_bytes(torch, dev, nvml)
     runs, leak = {}, sizes["leak_bytes"]
     for name, leak_bytes in (("clean", 0), ("leak", leak)):
-        folder = ctx.fixture_dir(name)
+        folder = ctx.new_fixture_dir(name)
         raw = record_series(folder, dev, sizes, leak_bytes, nvml)
         fixture_meta(
             folder,
@@ -206,18 +222,7 @@ def run(ctx: Context) -> dict[str, Any]:
     )
     checks.check("clean run: not a leak", clean_report.verdict.value != "leak", verdict=clean_report.verdict.value)
     ro = retries_and_oom(ctx.work_dir("allocator") / "retries", dev)
-    steps = ro["run"].steps
-    checks.check(
-        "retries column == memory_stats",
-        steps["num_alloc_retries"].tolist() == [r["num_alloc_retries"] for r in ro["raw"]],
-        column=steps["num_alloc_retries"].tolist(),
-    )
-    checks.check("a retry was counted", int(steps["num_alloc_retries"].iloc[-1]) >= 1)
-    checks.check(
-        "the OOM was counted",
-        steps["num_ooms"].tolist()[-1] - steps["num_ooms"].tolist()[0] == 1,
-        column=steps["num_ooms"].tolist(),
-    )
+    _check_retries(ro, checks)
     gap = nvml_gap(nvml, dev, context_bytes, runs)
     if gap["available"]:  # the context is most of the gap, and the gap holds still once the loop runs
         checks.check("NVML gap holds the CUDA context", gap["gap_end_bytes"] >= 0.9 * gap["cuda_context_bytes"], **gap)

@@ -48,7 +48,7 @@ def worker(ctx: Context, case: str, conf: str, folder, steps: int) -> dict[str, 
 def _measure_all(ctx: Context) -> dict[str, dict]:
     steps, work = ctx.sizes["steps"], ctx.work_dir("fragmentation")
     runs: dict[str, dict] = {}
-    runs["growing default"] = worker(ctx, "growing", "", ctx.fixture_dir("fragmenting"), steps)
+    runs["growing default"] = worker(ctx, "growing", "", ctx.new_fixture_dir("fragmenting"), steps)
     ctx.partial.update(runs)
     runs[f"growing {EXPANDABLE}"] = worker(ctx, "growing", EXPANDABLE, work / "growing-expandable", steps)
     proposed = proposed_setting(runs["growing default"].get("fix"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import threading
@@ -53,6 +54,12 @@ class Context:
         path = self.out / FIXTURES / name
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def new_fixture_dir(self, name: str) -> Path:
+        """The fixture's folder, emptied: a second run into the same OUT_DIR must not leave two
+        runs in one fixture (memleak never writes over a run; it would number the new one)."""
+        shutil.rmtree(self.out / FIXTURES / name, ignore_errors=True)
+        return self.fixture_dir(name)
 
     def work_dir(self, name: str) -> Path:
         """A scratch folder for a part's runs and pickles that are not fixtures."""

@@ -90,7 +90,7 @@ def run(ctx: Context) -> dict[str, Any]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1024, 16 * 1024), nn.ReLU(), nn.Linear(16 * 1024, 1024)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    folder = ctx.fixture_dir("oom")
+    folder = ctx.new_fixture_dir("oom")
     # the tracked OOM first: the fixture's counters then hold its OOM only
     tracked, seconds = _tracked(torch, model, opt, dev, folder, ctx.sizes["warm_steps"])
     bare = _bare_exception(torch, model, opt, dev)

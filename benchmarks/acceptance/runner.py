@@ -8,6 +8,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     isolate = cuda if args.isolate is None else args.isolate
     args.out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(args.out / "work", ignore_errors=True)  # scratch of an earlier run into the same folder
     results: dict[str, Any] = {
         "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_facts(),

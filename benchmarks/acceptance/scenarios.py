@@ -29,13 +29,19 @@ def run_job(name: str, level: str, device: str, steps: int | None) -> dict[str, 
     from benchmarks.detection import rank_of, run_scenario
 
     torch.set_num_threads(1)
-    logging.getLogger("memleak").setLevel(logging.ERROR)  # the live warnings of leaking scenarios
     where = torch.device(device) if device != BASELINE else contextlib.nullcontext()
+    log = logging.getLogger("memleak")
+    level_before = log.level
+    log.setLevel(
+        logging.ERROR
+    )  # the live warnings of leaking scenarios; put back after (this may be the caller's process)
     try:
         with where:
             mod, report, secs = run_scenario(name, level, steps)
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"[:400]}
+    finally:
+        log.setLevel(level_before)
     return {
         "verdict": report.verdict.value,
         "rank": rank_of(report, mod.EXPECTED["location"]),

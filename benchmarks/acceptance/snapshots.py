@@ -163,7 +163,7 @@ def _cuda(ctx: Context, checks: Checks) -> dict[str, Any]:
 
 def _fixture(ctx: Context, checks: Checks) -> dict[str, Any]:
     """The smallest-but-real pair: C++ and Python stacks where they fit the budget."""
-    folder = ctx.fixture_dir("snapshot")
+    folder = ctx.new_fixture_dir("snapshot")
     for stacks, entries in ctx.sizes["fixture_tries"]:
         rec = record_pair(folder, entries, stacks, 40, ctx.sizes["leak_count"])
         size = sum((folder / n).stat().st_size for n in ("before.pickle", "after.pickle"))
