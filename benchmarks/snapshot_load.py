@@ -37,11 +37,11 @@ def make_stacks(rng: random.Random, n_stacks: int = 300) -> list[list[dict]]:
             for _ in range(n_stacks)]
 
 
-def make_snapshot(n_entries: int, seed: int = 0) -> dict:
+def make_snapshot(n_entries: int, seed: int = 0, n_segments: int = 2000) -> dict:
     rng = random.Random(seed)
     stacks = make_stacks(rng)
     segments, base = [], 0x7F0000000000
-    for s in range(2000):
+    for s in range(n_segments):
         blocks, addr = [], base + s * 1024 * MiB
         for _ in range(10):
             size = rng.choice((2, 4, 8, 20)) * MiB

@@ -9,7 +9,9 @@ DIM = 32
 
 def seed(n: int = 0) -> torch.Generator:
     torch.manual_seed(n)
-    return torch.Generator().manual_seed(n)
+    # on the default device: ``with torch.device("cuda"):`` runs a scenario on CUDA
+    # (benchmarks/acceptance/scenarios.py), and a CPU generator cannot draw CUDA tensors
+    return torch.Generator(device=torch.get_default_device()).manual_seed(n)
 
 
 class MLP(nn.Module):

@@ -15,7 +15,8 @@ from ._common import MLP, batch, seed
 EXPECTED = {"verdict": "leak", "kind": "surviving_tensors", "location": "staged", "top": 1}
 
 
-def prefetch(g, n, device="cpu"):
+def prefetch(g, n, device=None):
+    device = device or torch.get_default_device()
     staged = []
     for _ in range(n):
         x, y = batch(g, n=128)
