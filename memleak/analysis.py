@@ -38,7 +38,7 @@ def _analyze_run(run: Run) -> Report:
 
     growth = analyze_growth(run)
     findings, problems = run_detectors(run)
-    suspects = rank(findings)
+    suspects = rank(findings, measured_bps=growth.slope if growth is not None else 0.0)
     return Report(
         run=run,
         verdict=decide(growth, suspects),

@@ -55,10 +55,12 @@ def score(s: Suspect) -> tuple:
     return (s.leak, s.leak and s.kind in CULPRITS, s.confidence * SPECIFICITY.get(s.kind, 0.5), s.total_bytes)
 
 
-def rank(findings: list[Finding]) -> list[Suspect]:
+def rank(findings: list[Finding], measured_bps: float = 0.0) -> list[Suspect]:
     """Suspects, most likely culprit first: leaks before other findings, named culprits before generic
     growth, then by specificity-weighted confidence, then by bytes. Growth that the culprits explain is
-    no suspect of its own: it becomes the top culprit's evidence; a finding marked `note` none at all."""
+    no suspect of its own: it becomes the top culprit's evidence; a finding marked `note` none at all.
+    `measured_bps`: the memory series' own slope, leak or not, which the held tensors' bytes are
+    compared with to tell a retained graph from surviving tensors."""
     groups: OrderedDict[str, list[Finding]] = OrderedDict()
     for f in (f for f in findings if not f.note):
         groups.setdefault(f.location, []).append(f)
@@ -66,6 +68,8 @@ def rank(findings: list[Finding]) -> list[Suspect]:
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:
         return ranked
+    if not any(s.leak and s.kind in SYMPTOMS for s in ranked):
+        return [_as_graph(s, measured_bps, findings) if s is culprits[0] else s for s in ranked]
     explained_bps = sum(max(0.0, c.bytes_per_step) for c in culprits)
     graphs = any(c.kind == Kind.RETAINED_GRAPH or c.location in _growing_graphs(findings) for c in culprits)
     names = ", ".join(s.location for s in culprits[:3])
@@ -95,26 +99,30 @@ def rank(findings: list[Finding]) -> list[Suspect]:
         )
         detectors = tuple(OrderedDict.fromkeys([*top.detectors, *(d for s in folded for d in s.detectors)]))
         # the growth it explains is the culprit's own (a graph's nodes are not counted as tensor bytes)
-        bps, total, kind = top.bytes_per_step, top.total_bytes, top.kind
+        bps, total = top.bytes_per_step, top.total_bytes
         if graphs:
             bps = max([bps, *(s.bytes_per_step for s in folded)])
             total = max([total, *(s.total_bytes for s in folded)])
-        if (
-            kind == Kind.SURVIVING_TENSORS
-            and top.location in _growing_graphs(findings)
-            and top.bytes_per_step < 0.5 * bps
-        ):
-            # the tensors are the small part: what they keep is their autograd graphs
-            kind = Kind.RETAINED_GRAPH
-            lines += (
-                f"its tensors add {fmt_bytes(top.bytes_per_step)} per step of the {fmt_bytes(bps)} memory grows: "
-                "the rest is the autograd graphs they keep (the nodes and the tensors saved for backward)",
-            )
-        explained = replace(
-            top, kind=kind, evidence=(*top.evidence, *lines), detectors=detectors, bytes_per_step=bps, total_bytes=total
-        )
+        explained = replace(top, evidence=(*top.evidence, *lines), detectors=detectors)
+        explained = replace(_as_graph(explained, bps, findings), bytes_per_step=bps, total_bytes=total)
         out = [explained if s is top else s for s in out]
     return out
+
+
+def _as_graph(top: Suspect, grown_bps: float, findings: list[Finding]) -> Suspect:
+    """`top` as a retained graph when its tensors carry growing graphs and add under half of
+    the `grown_bps` memory grows per step: what they keep is mostly their autograd graphs."""
+    if not (
+        top.kind == Kind.SURVIVING_TENSORS
+        and top.location in _growing_graphs(findings)
+        and top.bytes_per_step < 0.5 * grown_bps
+    ):
+        return top
+    line = (
+        f"its tensors add {fmt_bytes(top.bytes_per_step)} per step of the {fmt_bytes(grown_bps)} memory grows: "
+        "the rest is the autograd graphs they keep (the nodes and the tensors saved for backward)"
+    )
+    return replace(top, kind=Kind.RETAINED_GRAPH, evidence=(*top.evidence, line))
 
 
 def _growing_graphs(findings: list[Finding]) -> set[str]:

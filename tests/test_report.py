@@ -102,3 +102,18 @@ def test_a_culprit_whose_graphs_grow_explains_heap_growth_beyond_its_tensor_byte
     assert top.kind == Kind.RETAINED_GRAPH and "the autograd graphs they keep" in top.evidence[-1]
     flat = Finding(**{**held.__dict__, "data": {"nodes": [0, 0, 0]}})
     assert [s.location for s in rank([growth, flat])] == ["history", "heap_bytes"]
+
+
+def test_scalars_with_growing_graphs_are_a_retained_graph_when_memory_grows_below_the_leak_line():
+    # a list of scalar losses: 4 B of tensors a step, while the heap grows 8 KiB a step (too little
+    # to be a leak finding of its own); the measured slope still says the graphs hold the bytes
+    held = Finding(detector="culprits", kind=Kind.SURVIVING_TENSORS, location="losses", bytes_per_step=4,
+                   total_bytes=120, confidence=0.9, evidence=("kept",), fix="item()", data={"nodes": [26, 120, 246]})
+    (top,) = rank([held], measured_bps=8 * 1024)
+    assert top.kind == Kind.RETAINED_GRAPH and "the autograd graphs they keep" in top.evidence[-1]
+    assert top.bytes_per_step == 4  # no growth finding folded in: its own bytes stay
+    # big tensors that are most of the growth, or no measured growth: surviving tensors
+    assert rank([held], measured_bps=6)[0].kind == Kind.SURVIVING_TENSORS
+    assert rank([held])[0].kind == Kind.SURVIVING_TENSORS
+    flat = Finding(**{**held.__dict__, "data": {"nodes": [26, 26, 26]}})
+    assert rank([flat], measured_bps=8 * 1024)[0].kind == Kind.SURVIVING_TENSORS
