@@ -62,7 +62,7 @@ def rank(findings: list[Finding], measured_bps: float = 0.0) -> list[Suspect]:
     `measured_bps`: the memory series' own slope, leak or not, which the held tensors' bytes are
     compared with to tell a retained graph from surviving tensors."""
     groups: OrderedDict[str, list[Finding]] = OrderedDict()
-    for f in (f for f in findings if not f.note):
+    for f in (_unconfirmed(f, measured_bps) for f in findings if not f.note):
         groups.setdefault(f.location, []).append(f)
     ranked = sorted((merge(g) for g in groups.values()), key=score, reverse=True)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
@@ -107,6 +107,18 @@ def rank(findings: list[Finding], measured_bps: float = 0.0) -> list[Suspect]:
         explained = replace(_as_graph(explained, bps, findings), bytes_per_step=bps, total_bytes=total)
         out = [explained if s is top else s for s in out]
     return out
+
+
+def _unconfirmed(f: Finding, measured_bps: float) -> Finding:
+    """A holder that keeps one fresh tensor a step, whose size alone rose on the sampled steps,
+    is no leak unless memory rises with it: otherwise the sizes merely vary (random sequence
+    lengths), and a few samples happened to rise."""
+    if not (f.leak and isinstance(f.data, dict) and f.data.get("bytes_only")):
+        return f
+    if measured_bps >= 0.5 * f.bytes_per_step:
+        return f
+    note = "memory does not rise with it: the one tensor it holds is new each step, and only its size varies"
+    return replace(f, leak=False, evidence=(*f.evidence, note))
 
 
 def _as_graph(top: Suspect, grown_bps: float, findings: list[Finding]) -> Suspect:

@@ -117,3 +117,17 @@ def test_scalars_with_growing_graphs_are_a_retained_graph_when_memory_grows_belo
     assert rank([held])[0].kind == Kind.SURVIVING_TENSORS
     flat = Finding(**{**held.__dict__, "data": {"nodes": [26, 26, 26]}})
     assert rank([flat], measured_bps=8 * 1024)[0].kind == Kind.SURVIVING_TENSORS
+
+
+def test_one_fresh_tensor_whose_size_rose_is_a_leak_only_when_memory_rises_with_it():
+    # `logits` is rebound every step to a tensor of a random length: three sampled steps happened
+    # to rise, but memory did not; the same holder with memory rising as much is a leak
+    held = Finding(detector="culprits", kind=Kind.SURVIVING_TENSORS, location="logits", bytes_per_step=2048,
+                   total_bytes=64 * 1024, confidence=0.86, evidence=("grows",), fix="detach",
+                   data={"bytes_only": True, "nodes": [0, 0, 0]})
+    (quiet,) = rank([held], measured_bps=100)
+    assert not quiet.leak and "only its size varies" in quiet.evidence[-1]
+    (rising,) = rank([held], measured_bps=2000)
+    assert rising.leak
+    more = Finding(**{**held.__dict__, "data": {"bytes_only": False}})
+    assert rank([more], measured_bps=100)[0].leak  # more tensors held, or old ones: no confirmation needed

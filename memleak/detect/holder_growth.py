@@ -126,6 +126,8 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             "nodes": h.nodes,
             "chained": chained,
             "carried": name in carried,
+            # one fresh tensor a step whose size alone rose: a leak only if memory rises with it
+            "bytes_only": not (h.count_trend or h.node_trend) and h.old[-1] == 0,
         },
     )
     f["evidence"].extend(_growth_evidence(name, hkind, h, bps))

@@ -121,3 +121,17 @@ def assert_clean(tracker):
     report, suspects = suspects_of(tracker)
     assert report.verdict != "leak", f"a clean loop was reported leaking: {suspects}"
     assert not any(kind in ("retained_graph", "cached_tensor", "surviving_tensors") for kind, _ in suspects), suspects
+
+
+def three_fits(fit, tmp_path_factory) -> dict:
+    """An untracked, a clean tracked and a leaking tracked fit of a framework's trainer, each
+    `fit(folder, tracked=..., leak=...)` -> (what holds its `loss_values`, callback)."""
+    return {name: fit(tmp_path_factory.mktemp(name), tracked=name != "untracked", leak=name == "leak")
+            for name in ("untracked", "clean", "leak")}
+
+
+def assert_same_losses(fits, steps: int) -> None:
+    """The clean tracked fit's losses are bit-identical to the untracked fit's."""
+    untracked = fits["untracked"][0].loss_values
+    assert len(untracked) == steps
+    assert fits["clean"][0].loss_values == untracked

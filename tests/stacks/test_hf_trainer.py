@@ -11,7 +11,7 @@ pytest.importorskip("accelerate")  # Trainer needs it
 
 import memleak  # noqa: E402
 from memleak.integrations.huggingface import MemleakCallback  # noqa: E402
-from stacks.stack_harness import left_installed  # noqa: E402
+from stacks.stack_harness import assert_same_losses, left_installed, three_fits  # noqa: E402
 
 STEPS = 30
 
@@ -64,14 +64,11 @@ def fit(tmp_path, *, tracked=True, leak=False, fail_at=None, steps=STEPS, cb=Non
 
 @pytest.fixture(scope="module")
 def fits(tmp_path_factory):
-    return {name: fit(tmp_path_factory.mktemp(name), tracked=name != "untracked", leak=name == "leak")
-            for name in ("untracked", "clean", "leak")}
+    return three_fits(fit, tmp_path_factory)
 
 
 def test_losses_are_bit_identical_to_an_untracked_fit(fits):
-    untracked = fits["untracked"][0].loss_values
-    assert len(untracked) == STEPS
-    assert fits["clean"][0].loss_values == untracked
+    assert_same_losses(fits, STEPS)
 
 
 def test_the_metric_list_is_found_and_named(fits):
