@@ -137,14 +137,7 @@ class Boundaries:
         if p is None:
             return
         self._param = weakref.ref(p)
-        me = weakref.ref(self)
-
-        def hook(grad):
-            b = me()
-            if b is not None and b.active:
-                b._on_backward_start()
-
-        self._opt_handles.append(p.register_hook(hook))
+        self._opt_handles.append(p.register_hook(self._backward_start_hook()))
 
     def follow(self, optimizer: Any) -> None:
         """From now on `optimizer` ends each iteration (``memleak run``: another optimizer took over,
@@ -212,16 +205,21 @@ class Boundaries:
             return
         gf = _first_grad_fn(output)
         if gf is not None:
-            me = weakref.ref(self)
-
-            def hook(grad_outputs):
-                b = me()
-                if b is not None and b.active:
-                    b._on_backward_start()
-
-            self._node_handles.append(gf.register_prehook(hook))
+            self._node_handles.append(gf.register_prehook(self._backward_start_hook()))
         if self.auto and STRENGTH[self.mode] <= STRENGTH[Boundary.FORWARD] and not self.in_step:
             self.mode = self.pending = Boundary.FORWARD
+
+    def _backward_start_hook(self) -> Callable[[Any], None]:
+        """A gradient hook (on a parameter or the model output's grad_fn) that says a backward pass
+        started; it holds these boundaries weakly, so a hook left behind keeps nothing alive."""
+        me = weakref.ref(self)
+
+        def hook(_grad: Any) -> None:
+            b = me()
+            if b is not None and b.active:
+                b._on_backward_start()
+
+        return hook
 
     def _on_backward_start(self) -> None:
         """A backward pass reached the model's output or the hooked parameter (several hooks in one
