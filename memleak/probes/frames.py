@@ -1,6 +1,7 @@
 """Whose code a frame runs (the user's, a library's, torch's or memleak's), and from there the
-user's frames and the creation site of a tensor; also the ``f_locals`` snapshots reading those
-frames leaves behind before Python 3.13.
+user's frames and the creation site of a tensor; the values of a kind the running code holds
+(`in_sight`: a DataLoader, a GradScaler); also the ``f_locals`` snapshots reading those frames
+leaves behind before Python 3.13.
 
 Split from `holders` (the reference walk starts from these frames).
 """
@@ -11,6 +12,7 @@ import os
 import sys
 import sysconfig
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,6 +33,8 @@ _LIB_DIRS = tuple(
 
 _internal_code: dict[Any, bool] = {}
 _SNAPSHOT_LOCALS = sys.version_info < (3, 13)
+#: Frames `in_sight` looks at, from the one that ended the step outwards.
+MAX_FRAMES = 64
 _CO_OPTIMIZED = 0x0001
 
 
@@ -149,3 +153,37 @@ def release_snapshots(*held: list[dict]) -> None:
         for loc in snapshots:
             if sys.getrefcount(loc) <= 4:
                 loc.clear()
+
+
+def in_sight(frame: Any, want: Callable[[Any], bool]) -> dict[int, tuple[str, Any]]:
+    """The values `want` accepts held by a local, a global or an attribute of ``self`` in
+    `frame` and the frames that called it (memleak's own skipped): {id: (name, value)}."""
+    found: dict[int, tuple[str, Any]] = {}
+    seen_globals: set[int] = set()
+    snapshots: list[dict] = []
+    depth = 0
+    while frame is not None and depth < MAX_FRAMES:
+        depth += 1
+        if not str(frame.f_globals.get("__name__", "")).startswith("memleak"):
+            if _scan(frame, want, found, seen_globals):
+                snapshots.append(frame.f_locals)
+        frame = frame.f_back
+    release_snapshots(snapshots)  # a snapshot of f_locals would keep the loop's deleted locals alive
+    return found
+
+
+def _scan(frame: Any, want: Callable[[Any], bool], found: dict, seen_globals: set[int]) -> bool:
+    """Add what `want` accepts in one frame to `found`; whether its f_locals is a snapshot."""
+    loc = frame.f_locals
+    spaces = [("", loc)]
+    this = loc.get("self")
+    if hasattr(this, "__dict__"):
+        spaces.append(("self.", vars(this)))
+    if id(frame.f_globals) not in seen_globals:
+        seen_globals.add(id(frame.f_globals))
+        spaces.append(("", frame.f_globals))
+    for prefix, space in spaces:
+        for name, v in list(space.items()):
+            if id(v) not in found and want(v):
+                found[id(v)] = (prefix + str(name), v)
+    return is_locals_snapshot(frame, loc)

@@ -14,14 +14,10 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import multiprocessing.process as mp_process
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .frames import is_locals_snapshot, release_snapshots
-
-#: Frames looked at, from the one that ended the step outwards.
-MAX_FRAMES = 64
+from .frames import in_sight
 
 
 @dataclass(frozen=True)
@@ -52,40 +48,6 @@ def _is_loader(v: Any) -> bool:
     from torch.utils.data import DataLoader
 
     return isinstance(v, DataLoader) and getattr(v, "num_workers", 0) > 0
-
-
-def in_sight(frame: Any, want: Callable[[Any], bool]) -> dict[int, tuple[str, Any]]:
-    """The values `want` accepts held by a local, a global or an attribute of ``self`` in
-    `frame` and the frames that called it (memleak's own skipped): {id: (name, value)}."""
-    found: dict[int, tuple[str, Any]] = {}
-    seen_globals: set[int] = set()
-    snapshots: list[dict] = []
-    depth = 0
-    while frame is not None and depth < MAX_FRAMES:
-        depth += 1
-        if not str(frame.f_globals.get("__name__", "")).startswith("memleak"):
-            if _scan(frame, want, found, seen_globals):
-                snapshots.append(frame.f_locals)
-        frame = frame.f_back
-    release_snapshots(snapshots)  # a snapshot of f_locals would keep the loop's deleted locals alive
-    return found
-
-
-def _scan(frame: Any, want: Callable[[Any], bool], found: dict, seen_globals: set[int]) -> bool:
-    """Add what `want` accepts in one frame to `found`; whether its f_locals is a snapshot."""
-    loc = frame.f_locals
-    spaces = [("", loc)]
-    this = loc.get("self")
-    if hasattr(this, "__dict__"):
-        spaces.append(("self.", vars(this)))
-    if id(frame.f_globals) not in seen_globals:
-        seen_globals.add(id(frame.f_globals))
-        spaces.append(("", frame.f_globals))
-    for prefix, space in spaces:
-        for name, v in list(space.items()):
-            if id(v) not in found and want(v):
-                found[id(v)] = (prefix + str(name), v)
-    return is_locals_snapshot(frame, loc)
 
 
 def loaders_in_sight(frame: Any) -> dict[int, tuple[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from . import Probe, ProbeContext
-from .loaders import in_sight
+from .frames import in_sight
 
 
 def find_scaler(frame: Any) -> Any:
