@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from memleak import analyze
 from memleak.detect.growth import analyze_growth
 from memleak.report.plots import plot_run, plot_suspects
 from memleak.run import Run
@@ -173,14 +174,15 @@ def test_legends_sit_outside_the_data_area():
         assert box.x0 >= area.x1  # right of the axes: it hides no data
 
 
-def _run_with_categories_and_holders() -> Run:
+def _run_with_categories_and_holders(capped_from: int = 60) -> Run:
     t = np.arange(60)
     heap = 500 * MIB + 2 * MIB * t
     steps = pd.DataFrame({"step": t, "heap_bytes": heap})
     detail = range(0, 60, 6)
     modules = [{"step": s, "categories": {"parameter": 10 * MIB, "gradient": 10 * MIB, "optimizer_state": 20 * MIB,
                                           "total": float(heap[s])}} for s in detail]
-    holders = [{"step": s, "holders": [{"holder": "history", "bytes": 2 * MIB * s, "count": s, "nodes": 3 * s}]}
+    holders = [{"step": s, "holders": [{"holder": "history", "bytes": 2 * MIB * s, "count": s, "nodes": 3 * s,
+                                        "capped": s >= capped_from}]}
                for s in detail]
     return Run({"device": "cpu"}, steps, records={"modules": modules, "holders": holders})
 
@@ -205,6 +207,22 @@ def test_holders_over_time_is_a_figure_of_bytes_tensors_and_nodes():
     line = fig.axes[2].get_lines()[0]
     assert line.get_label() == "history" and list(line.get_ydata()) == [3 * s for s in range(0, 60, 6)]
     assert plot_holders(leaking_run()) is None  # no reference walks, no figure
+
+
+def test_node_counts_that_stopped_at_their_cap_are_drawn_hollow_and_labelled_lower_bounds():
+    from memleak.report.figures import holders_figure
+    from memleak.report.plots import plot_holders
+
+    run = _run_with_categories_and_holders(capped_from=30)
+    fig = plot_holders(run)
+    assert "lower bound" in fig.axes[2].get_ylabel()
+    hollow = [line for line in fig.axes[2].get_lines() if line.get_markerfacecolor() == "white"]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == list(range(30, 60, 6))
+    report = analyze(run)
+    nodes = [t for t in holders_figure(report).data if t.yaxis == "y3"]
+    assert list(nodes[0].marker.symbol) == ["circle"] * 5 + ["circle-open"] * 5
+    assert "lower bound" in holders_figure(report).layout.yaxis3.title.text
+    assert "lower bound" not in plot_holders(_run_with_categories_and_holders()).axes[2].get_ylabel()
 
 
 def test_a_symptom_a_culprit_explains_is_no_bar_but_an_unexplained_one_is_a_grey_symptom():

@@ -175,7 +175,7 @@ def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> lis
 def _graph_evidence(name: str, h: _HolderSeries, chained: bool, has_grad: bool) -> list[str]:
     """How the autograd graph the holder reaches grew, or that its tensors carry graphs at all."""
     if h.node_trend:
-        capped = " (counted up to the cap)" if h.cap_at is not None else ""
+        capped = " (a lower bound: the walk counts a bounded number of graphs)" if h.cap_at is not None else ""
         return [
             f"the autograd graph reachable from {name} grows from {int(h.nodes[0])} to {int(max(h.node_values))} "
             f"nodes{capped} between steps {h.steps[0]} and {h.node_steps[-1]} "

@@ -152,6 +152,9 @@ class HolderTally:
                     st._grad_fns, min(self.graph_cap, left), self.prev_roots.get(st.holder), now
                 )
                 st.nodes, st.nodes_capped, st.linked = info.nodes, info.capped, info.linked
+                # graphs of tensors the walk sampled past (long containers, over 64 with a grad_fn)
+                # were not counted: the count is a lower bound, as at the cap
+                st.nodes_capped |= st.n_grad > len(st._grad_fns) + 0.5
                 if info.lo is not None:
                     st.seq = (info.lo, info.hi)
                 left -= st.nodes

@@ -105,7 +105,7 @@ class Report:
         written[0].write_text(str(self) + "\n", encoding="utf-8")
         written[1].write_text(self.to_html(), encoding="utf-8")
         written[2].write_text(json.dumps({"generator": "memleak", **self.to_dict()}, indent=2) + "\n", encoding="utf-8")
-        self.plot().savefig(written[3], dpi=110, bbox_inches="tight", metadata=PNG_METADATA)
+        self.plot().savefig(written[3], dpi=110, metadata=PNG_METADATA)
         written += self._save_more_plots(folder)
         for rep, path in zip(self.ranks.values(), ranks, strict=True):
             path.parent.mkdir(exist_ok=True)
@@ -123,6 +123,6 @@ class Report:
         written = []
         for name, fig in figs.items():
             if fig is not None:
-                fig.savefig(folder / name, dpi=110, bbox_inches="tight", metadata=PNG_METADATA)
+                fig.savefig(folder / name, dpi=110, metadata=PNG_METADATA)
                 written.append(folder / name)
         return written

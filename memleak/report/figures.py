@@ -165,17 +165,24 @@ def holders_figure(report) -> Any:
                     legendgroup=name,
                     showlegend=row == 1,
                     mode="lines+markers",
-                    marker={"size": 4},
+                    marker=_holder_marker(t, col),
                     line={"color": color, "width": 1.5},
                 ),
                 row=row,
                 col=1,
             )
     fig.update_layout(_layout("what each top holder keeps, at each reference walk", unit, height=560))
-    for row, label in enumerate((f"bytes ({unit})", "tensors", "autograd nodes"), 1):
+    for row, label in enumerate((f"bytes ({unit})", "tensors", S.nodes_label(tables)), 1):
         fig.update_yaxes(title_text=label, rangemode="tozero", row=row, col=1)
     fig.update_xaxes(title_text="step", row=3, col=1)
     return fig
+
+
+def _holder_marker(table, column: str) -> dict[str, Any]:
+    """Hollow markers on node counts that stopped at their cap (lower bounds)."""
+    if column != "nodes":
+        return {"size": 4}
+    return {"size": 5, "symbol": ["circle-open" if c else "circle" for c in table["capped"]]}
 
 
 def fragmentation_figure(report) -> Any:

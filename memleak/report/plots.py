@@ -90,7 +90,9 @@ def plot_holders(run, suspects=None):
         color = S.holder_color(names, name)
         for ax, col, div in zip(axes, ("bytes", "count", "nodes"), (scale, 1.0, 1.0), strict=True):
             ax.plot(t["step"], t[col] / div, marker=".", linewidth=1.3, color=color, label=_short(name))
-    for ax, label in zip(axes, (f"held ({unit})", "tensors", "autograd nodes"), strict=True):
+        capped = t[t["capped"] > 0]
+        axes[2].plot(capped["step"], capped["nodes"], "o", markerfacecolor="white", color=color, linestyle="none")
+    for ax, label in zip(axes, (f"held ({unit})", "tensors", S.nodes_label(tables)), strict=True):
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)

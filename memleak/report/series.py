@@ -124,16 +124,24 @@ def holder_color(holders: list[str], name: str) -> str:
 
 def holder_series(run, names: list[str]) -> dict[str, pd.DataFrame]:
     """Each named holder over the walks: a table of step, bytes, count, nodes (0 on a walk
-    that did not find it)."""
+    that did not find it) and capped (1 where the node count stopped at its cap: a lower bound)."""
     records = getattr(run, "holders", [])
     out: dict[str, pd.DataFrame] = {}
     for name in names:
         rows = []
         for rec in records:
             h = next((h for h in rec.holders if h.holder == name), None)
-            rows.append((rec.step, 0, 0, 0) if h is None else (rec.step, h.bytes, h.count, h.nodes))
-        out[name] = pd.DataFrame(rows, columns=["step", "bytes", "count", "nodes"], dtype=float)
+            rows.append((rec.step, 0, 0, 0, 0) if h is None else (rec.step, h.bytes, h.count, h.nodes, h.capped))
+        out[name] = pd.DataFrame(rows, columns=["step", "bytes", "count", "nodes", "capped"], dtype=float)
     return out
+
+
+NODES_CAPPED = "autograd nodes (hollow: the count stopped at its cap, a lower bound)"
+
+
+def nodes_label(tables: dict[str, pd.DataFrame]) -> str:
+    """The node axis's label: it says so when some counts are lower bounds."""
+    return NODES_CAPPED if any(t["capped"].any() for t in tables.values()) else "autograd nodes"
 
 
 def categories(
