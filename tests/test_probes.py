@@ -148,3 +148,13 @@ def test_a_cuda_leak_is_found_from_allocator_counters(tmp_path):
     assert report.growth.column == "allocated_bytes"
     assert abs(report.growth.slope - MIB) < 0.05 * MIB
     assert report.growth.steps_to_full is not None
+
+
+def test_a_folder_beside_memleak_whose_name_starts_alike_is_the_users():
+    import os
+
+    from memleak.probes.frames import is_user_file
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(memleak.__file__)))
+    assert not is_user_file(os.path.join(os.path.dirname(memleak.__file__), "tracker.py"))
+    assert is_user_file(os.path.join(here, "memleak-examples", "train.py"))

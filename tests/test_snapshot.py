@@ -115,6 +115,8 @@ def test_frames_shared_or_not_format_alike():
     ([sf.frame("??", 0, "malloc"), sf.frame("/x/site-packages/torch/a.py", 3, "f")], "a.py:3:f"),
     ([sf.frame("/pytorch/c10/Alloc.cpp", 1, "c10::alloc")], "Alloc.cpp:1:c10::alloc"),
     ([sf.frame("/usr/lib/python3.11/threading.py", 1, "run"), sf.frame("/srv/app.py", 3, "main")], "app.py:3:main"),
+    ([sf.frame("/venv/lib/python3.11/site-packages/memleak/probes/census.py", 4, "sample"),
+      sf.frame("/home/me/memleak/train.py", 7, "step")], "train.py:7:step"),  # a project folder named memleak
 ])
 def test_top_user_frame(frames, top):
     s = Snapshot.from_data(sf.snapshot([sf.segment(BASE, [sf.block(MiB, sf.A, frames=frames)])]))

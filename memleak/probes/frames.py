@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_MEMLEAK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# With the separator: a user's folder memleak-examples/ beside memleak/ is not memleak's.
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_MEMLEAK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIB_DIRS = tuple(
     {
         os.path.realpath(p)

@@ -4,6 +4,7 @@ that blocks and trace entries are grouped by."""
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,12 +30,21 @@ def _frame_str(frame: tuple, full: bool) -> str:
     return f"{filename if full else filename.rsplit('/', 1)[-1]}:{line}:{name}"
 
 
+#: memleak's own frames: this package, or an installed memleak on the machine that took the
+#: snapshot (a user's project in a folder named memleak is still the user's).
+_MEMLEAK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _is_memleak_frame(filename: str) -> bool:
+    return filename.startswith(_MEMLEAK_DIR) or "-packages/memleak/" in filename
+
+
 def _is_user_frame(filename: str) -> bool:
     """A Python frame outside torch, the standard library and memleak: where a person
     would look. Third-party model code (transformers, timm...) counts as user code."""
     if not filename.endswith(".py") or "<frozen" in filename:
         return False
-    if "/torch/" in filename or "/memleak/" in filename:
+    if "/torch/" in filename or _is_memleak_frame(filename):
         return False
     return not ("/lib/python3" in filename and "-packages/" not in filename)
 
