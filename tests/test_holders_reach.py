@@ -317,3 +317,54 @@ def test_a_cycle_site_named_on_some_steps_only_is_one_suspect_at_its_holder():
             for s in range(8, 40, 6)]
     leaks = [f for f in _detect({"births": recs}) if f.leak]
     assert [f.location for f in leaks] == ["ScaledExp.ctx.out"]
+
+
+@functools.lru_cache(maxsize=None)
+def _embedding(n):
+    return torch.ones(n, 8)
+
+
+@functools.lru_cache(maxsize=4)
+def _bounded(n):
+    return torch.ones(n, 8)
+
+
+class _Items:
+    @functools.lru_cache(maxsize=None)
+    def __getitem__(self, i):
+        return {"x": torch.full((4,), float(i))}
+
+
+def test_an_lru_cache_is_walked_into_and_names_its_function():
+    items = _Items()
+    for n in range(1, 31):
+        _embedding(n)
+        _bounded(n)
+        items[n]
+    try:
+        h = _walk([sys._getframe()]).holders
+        unbounded, bounded = h["_embedding"], h["_bounded"]
+        assert unbounded.kind == "lru_cache" and unbounded.count == 30 and unbounded.estimated
+        assert "lru_cache of _embedding()" in unbounded.note
+        assert bounded.count == 4  # a bounded cache keeps its results in links of a C list
+        method = h["_Items.__getitem__"]  # a method's cache: the class is a global of this module
+        assert method.kind == "lru_cache" and method.count == 30
+    finally:
+        _embedding.cache_clear(), _bounded.cache_clear(), _Items.__getitem__.cache_clear()
+
+
+def test_what_hooks_registered_again_and_again_keep_is_named_as_piled_up_hooks():
+    model = nn.Sequential(nn.Linear(4, 4))
+    for _ in range(3):
+        kept = []
+        model[0].register_forward_hook(lambda m, i, o, kept=kept: kept.append(o.detach()))
+        model(torch.ones(1, 4))
+    h = _walk([sys._getframe()], model=model).holders
+    st = h["kept"]
+    assert st.kind == "piled_hook" and st.count == 6  # 3 + 2 + 1 outputs kept by 3 hooks
+    assert "one of 3 hooks with this code on it" in st.note
+    once = nn.Linear(4, 4)
+    seen = []
+    once.register_forward_hook(lambda m, i, o, seen=seen: seen.append(o.detach()))
+    once(torch.ones(1, 4))
+    assert _walk([sys._getframe()], model=once).holders["seen"].kind != "piled_hook"

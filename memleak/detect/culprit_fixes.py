@@ -88,6 +88,20 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"`{holder}` is captured by a closure (a hook or callback) and gains tensors every step: store "
             f"`t.detach().cpu()` or a number, clear it after use, or remove the hook when done{grad}."
         )
+    if hkind == "piled_hook":
+        return (
+            f"`{holder}` is kept by a module hook that is registered again on every step and never removed, so "
+            f"the hooks pile up and each keeps what it captured: register the hook once, outside the loop, or "
+            f"keep the handle `register_forward_hook` returns and call `handle.remove()` when done; store "
+            f"`t.detach().cpu()` or numbers{grad}."
+        )
+    if hkind == "lru_cache":
+        return (
+            f"`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
+            f"for as long as the function lives (a tensor argument is a new key on every call): cache detached "
+            f"values (`.detach()`) keyed on plain values (a length, a shape), give it a small `maxsize`, or "
+            f"call `{holder}.cache_clear()`{grad}."
+        )
     if hkind == "default_arg":
         return (
             f"`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "

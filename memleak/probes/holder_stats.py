@@ -60,6 +60,17 @@ class HolderStats:
         )
 
 
+def _one_level_down(items):
+    """Each item, and for a dict, tuple or list item, its values."""
+    for it in items:
+        yield it
+        t = type(it)
+        if t is dict:
+            yield from it.values()
+        elif t is tuple or t is list:
+            yield from it
+
+
 class HolderTally:
     """The tensors a walk reached: `holders` by name, `tensor_holder` by tensor id, and `roots`,
     per holder, what its tensors' graphs start at (for the next walk)."""
@@ -85,10 +96,10 @@ class HolderTally:
         self.tensor_holder: dict[int, str] = {}
 
     def _name_unsampled(self, items, holder: str) -> None:
-        """Map every tensor directly in a long container to its holder. Only the ends are
-        measured (sampled), but an id lookup is cheap, and without it tensors born in the
-        middle would look held by nothing."""
-        for it in itertools.islice(items, NAME_ALL_UP_TO):
+        """Map every tensor in a long container, or in the dicts, tuples and lists it holds (a
+        record per step), to its holder. Only the ends are measured (sampled), but an id lookup
+        is cheap, and without it tensors born in the middle would look held by nothing."""
+        for it in itertools.islice(_one_level_down(items), NAME_ALL_UP_TO):
             if issubclass(type(it), torch.Tensor):
                 self.tensor_holder.setdefault(id(it), holder)
                 self._name_base(it, holder)

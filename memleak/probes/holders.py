@@ -35,7 +35,7 @@ from .identity import Ages, module_names
 from .reach import closure_items, default_items
 from .stores import find_store, source_regions
 from .walk import Walk
-from .walk_scope import SKIP_PACKAGES, top_package
+from .walk_scope import LRU_CACHES, SKIP_PACKAGES, top_package
 
 # Module globals walked at most, besides those of the frames themselves.
 _MAX_GLOBALS = 12
@@ -150,7 +150,9 @@ def _add_function_state(w: Walk, name: str, fn: types.FunctionType) -> None:
 
 def _add_class_containers(w: Walk, name: str, cls: type) -> None:
     for ck, cv in list(vars(cls).items()):
-        if not ck.startswith("__") and isinstance(cv, (torch.Tensor, list, dict, collections.deque, set, tuple)):
+        if isinstance(cv, LRU_CACHES):  # a method (even __getitem__) cached with functools.lru_cache
+            w.add_root(cv, f"{name}.{ck}", "lru_cache")
+        elif not ck.startswith("__") and isinstance(cv, (torch.Tensor, list, dict, collections.deque, set, tuple)):
             w.add_root(cv, f"{name}.{ck}", "class_attr")
 
 

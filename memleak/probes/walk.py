@@ -8,6 +8,8 @@ Split from `holders`, which picks the roots (`holders.walk_roots`) and runs the 
 from __future__ import annotations
 
 import collections
+import gc
+import itertools
 import types
 import weakref
 from typing import Any
@@ -19,9 +21,10 @@ from .frames import is_internal, is_locals_snapshot
 from .graphs import Roots
 from .holder_stats import HolderTally
 from .identity import Ages, tensor_nbytes
-from .reach import closure_items, fn_name
+from .reach import closure_items, default_items, fn_name
 from .walk_scope import (
     HOOK_DICTS,
+    LRU_CACHES,
     MODULE_SKIP,
     SCALARS,
     SEQ_SAMPLE,
@@ -62,6 +65,7 @@ class Walk(HolderTally):
         self.nodes = 0
         self.truncated = False
         self.regions: list[tuple[str, int, int]] = []  # source searched for a holder's storing line
+        self.piled_hooks: dict[str, str] = {}  # holder -> why: captured by copies of one module hook
 
     # -- queueing
     def push(self, obj: Any, path: str, holder: str | None, kind: str, weight: float = 1.0, note: str = "") -> None:
@@ -89,6 +93,11 @@ class Walk(HolderTally):
             except Exception:  # a strange object (a proxy, a lazy attribute) is skipped, never fatal
                 continue
         q.clear()
+        for name, why in self.piled_hooks.items():
+            # the hooks piling up are the cause, however the walk first reached what they keep
+            st = self.holders.get(name)
+            if st is not None:
+                st.kind, st.note = "piled_hook", why
         self._finish()
 
     # -- one object, by its type
@@ -111,6 +120,8 @@ class Walk(HolderTally):
             self._frame_owner(obj, path, holder, kind, weight, note)
         elif isinstance(obj, types.MethodType):
             self.push(obj.__self__, path, holder, kind, weight, note)
+        elif isinstance(obj, LRU_CACHES):
+            self._lru_cache(obj, path, holder, weight, note)
         elif t.__name__ == "partial" and hasattr(obj, "func"):
             self._partial(obj, path, holder, kind, weight, note)
         elif isinstance(obj, torch.optim.Optimizer):
@@ -128,6 +139,33 @@ class Walk(HolderTally):
             self.push(a, path + "[...]", holder, kind, weight, note)
         for k, v in obj.keywords.items():
             self.push(v, f"{path}.{k}", holder, kind, weight, note)
+
+    def _lru_cache(self, fn, path, holder, weight, note) -> None:
+        """What a `functools.lru_cache` keeps for the life of its function: each key and result.
+        The cache is a C field: only the garbage collector's referents reach it."""
+        refs = gc.get_referents(fn)
+        own = getattr(fn, "__dict__", None)
+        cache = next((r for r in refs if type(r) is dict and r is not own), None)
+        if not cache:
+            return
+        holder = holder or path
+        why = note or f"kept by the functools.lru_cache of {fn_name(fn)}(): each result, as long as the function lives"
+        if type(next(iter(cache.values()))).__name__ == "_lru_list_elem":
+            # a bounded cache: the links of its C list hold the keys and results, and the
+            # wrapper's referents list them (the links' own referents are empty)
+            skip = {id(cache), id(own), id(getattr(fn, "__wrapped__", None))}
+            kept = [r for r in refs if id(r) not in skip and type(r) not in (type, object)]
+            self._sequence(kept, path, holder, "lru_cache", weight, why)
+            return
+        n = len(cache)
+        keys = list(itertools.islice(cache, SEQ_SAMPLE))
+        if n > 2 * SEQ_SAMPLE:  # the ends, extrapolated, as for a long list
+            keys += list(itertools.islice(reversed(cache), SEQ_SAMPLE))[::-1]
+            self._estimated(holder)
+            self._name_unsampled(cache.values(), holder)
+        for key in keys:
+            for item in (key, cache[key]):
+                self.push(item, path + "[...]", holder, "lru_cache", weight * n / len(keys), why)
 
     def _optimizer(self, obj, path, holder, weight, note) -> None:
         """Its own extra lists and its hooks, never its state."""
@@ -264,8 +302,10 @@ class Walk(HolderTally):
         for hk in HOOK_DICTS:
             hooks = d.get(hk)
             if hooks:
-                for fn in list(hooks.values()):
-                    self._hook(fn[0] if isinstance(fn, tuple) else fn, where, weight)
+                fns = [fn[0] if isinstance(fn, tuple) else fn for fn in list(hooks.values())]
+                copies = collections.Counter(getattr(fn, "__code__", None) for fn in fns)
+                for fn in fns:
+                    self._hook(fn, where, weight, copies[getattr(fn, "__code__", None)])
         for k, child in d.get("_modules", {}).items():
             if child is not None:
                 cp = f"{path}.{k}" if path else k
@@ -278,11 +318,17 @@ class Walk(HolderTally):
                     note,
                 )
 
-    def _hook(self, fn, where: str, weight: float) -> None:
-        """A hook on a module: its closure's variables, and the object a bound-method hook or a
-        callable hook object belongs to."""
-        for cname, value in closure_items(fn):
-            self.push(value, cname, cname, "closure", weight, f"captured by hook {fn_name(fn)} on {where}")
+    def _hook(self, fn, where: str, weight: float, copies: int = 1) -> None:
+        """A hook on a module: its closure's variables and default arguments, and the object a
+        bound-method hook or a callable hook object belongs to. `copies`: hooks with its code on
+        the module (one registered on every step and never removed piles up)."""
+        note = f"captured by hook {fn_name(fn)} on {where}"
+        if copies > 1:
+            note += f", one of {copies} hooks with this code on it (registered again and again, never removed)"
+        for cname, value in itertools.chain(closure_items(fn), default_items(fn)):
+            if copies > 1 and not isinstance(value, SCALARS):
+                self.piled_hooks[cname] = note
+            self.push(value, cname, cname, "closure", weight, note)
         if isinstance(fn, types.MethodType):
             owner = type(fn.__self__).__name__
             self.push(fn.__self__, owner, owner, "hook", weight, f"hook {fn_name(fn)} on {where}")

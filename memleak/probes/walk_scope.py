@@ -6,6 +6,7 @@ Split from `holders` (the reference walk), whose `Walk` applies these rules.
 from __future__ import annotations
 
 import collections
+import functools
 
 from . import reach
 
@@ -62,6 +63,8 @@ SKIP_PACKAGES = {
 }
 SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray, range, slice, type(Ellipsis))
 SEQUENCES = (list, tuple, collections.deque, set, frozenset)
+# functools.lru_cache's C wrapper (the pure-Python fallback keeps its cache in a closure cell)
+LRU_CACHES: tuple[type, ...] = tuple(t for t in (getattr(functools, "_lru_cache_wrapper", None),) if t)
 HOOK_DICTS = (
     "_forward_hooks",
     "_forward_pre_hooks",
