@@ -216,5 +216,13 @@ def test_growth_past_an_epoch_is_a_leak():
     assert f.leak and f.data["past_epoch"] and "after a whole epoch" in " ".join(f.evidence)
 
 
+def test_private_memory_must_rise_a_mib_to_count():
+    # 5 KB a step for 200 steps: 1 MB, 5 % of the workers' 20 MB, significant over the noise, but
+    # less than a worker's own allocator settles by; four times that is a copy
+    assert workers_detector.detect(_run(5e3, 200, 1_000, 1e12)) == []
+    (f,) = workers_detector.detect(_run(2e4, 200, 1_000, 1e12))
+    assert f.data["series"] == "private"
+
+
 def test_flat_workers_are_clean():
     assert workers_detector.detect(_run(0.0, 200, 1_000, 16e9)) == []

@@ -85,7 +85,8 @@ def _growth(run: Run, column: str, rows: np.ndarray) -> Growth | None:
     # like RSS, a worker's memory creeps as this process writes pages it shared with the workers:
     # only a rise of a few percent of the level counts, and for private memory at least a MiB
     min_rel = MIN_REL_GROWTH_HOST
-    level = float(np.nanmedian(np.abs(part.steps[column].to_numpy(dtype=float))))
+    values = part.steps[column].dropna()
+    level = float(values.abs().median()) if len(values) else 0.0
     if column.endswith("_private_bytes") and level > 0:
         min_rel = max(min_rel, MIN_PRIVATE_RISE / level)
     return analyze_growth(part, column, min_rel=min_rel)
