@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-#: Per-worker PSS columns are named WORKER_PSS.format(i) (schema.STEP_COLUMNS declares the pattern).
+#: Per-worker PSS and private-memory columns are named WORKER_PSS.format(i) and
+#: WORKER_PRIVATE.format(i) (schema.STEP_COLUMNS declares the patterns).
 WORKER_PSS = "worker{}_pss_bytes"
+WORKER_PRIVATE = "worker{}_private_bytes"
 #: Version of the run-file format. A reader refuses files of another version.
 SCHEMA_VERSION = 1
 #: The first record of every run file has this type.
@@ -211,12 +213,15 @@ STEP_COLUMNS = {
     # host
     "heap_bytes": "bytes in use on the C heap (glibc mallinfo2); CPU tensor storages live here",
     "rss_bytes": "resident set size of this process",
-    # DataLoader workers (probes/workers.py): PSS read from /proc/PID/smaps_rollup on a time budget,
-    # null on steps without a read
+    # DataLoader workers (probes/workers.py): PSS and private memory read from /proc/PID/smaps_rollup
+    # on a time budget, null on steps without a read
     "workers": "DataLoader worker processes alive at the end of the step",
     "worker_pss_bytes": "proportional set size of all DataLoader workers together (sampled)",
     "worker{i}_pss_bytes": "proportional set size of one worker (one column per worker slot, i = 0, 1, ...; "
     "a slot keeps its DataLoader and worker index across epochs, see the dataloader_workers event)",
+    "worker_private_bytes": "private memory of all DataLoader workers together (sampled)",
+    "worker{i}_private_bytes": "private memory of one worker (Private_Clean + Private_Dirty: pages no other "
+    "process maps, such as the pages copy-on-read copied into it), one column per worker slot like the PSS",
     # pinned host memory (CUDA host allocator, torch.cuda.memory.host_memory_stats)
     "pinned_bytes": "bytes of pinned host blocks the CUDA host allocator owns (in use and cached)",
     "pinned_active_bytes": "bytes of pinned host blocks handed out and not yet reusable",

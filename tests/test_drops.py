@@ -1,10 +1,12 @@
 """Sudden drops are explained as findings, never as leak suspects: a full garbage collection
 freeing cycles that hold tensors, a gradient-accumulation sawtooth, the allocator's cache
-released (empty_cache) and a context reset (on recorded-looking CUDA counters)."""
+released (empty_cache) and a context reset (on recorded-looking CUDA counters), and the drops
+where a DataLoader starts new workers (a new epoch)."""
 
 from __future__ import annotations
 
 import gc
+import sys
 
 import numpy as np
 import pandas as pd
@@ -164,3 +166,22 @@ def test_the_cycles_the_census_saw_are_named():
     (f,) = drops.detect(Run({"device": "cpu"}, frame, records={"births": births}))
     assert f.data["cause"] == "gc" and "freed 80 objects" in f.evidence[1]
     assert "created at train.py:41 (grad)" in f.evidence[1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DataLoader workers are seen through /proc")
+def test_drops_where_a_dataloader_starts_new_workers_are_epochs():
+    """Each epoch keeps its outputs (8 MiB a step) and releases them when it ends: the drops fall where
+    the DataLoader's worker, forked anew each epoch, appears."""
+    loader = torch.utils.data.DataLoader(list(range(4)), batch_size=1, num_workers=1, multiprocessing_context="fork")
+    with memleak.track(level="counters") as tracker:
+        for _epoch in range(3):
+            outputs = []
+            for batch in loader:
+                outputs.append(torch.empty(2 * MiB))  # 8 MiB on the C heap, its pages never written: cheap
+                tracker.step()
+            del outputs
+    report = tracker.report()
+    found = sorted(_drop_findings(report), key=lambda f: f.data["steps"])
+    assert [(f.data["steps"], f.data["cause"]) for f in found] == [([4.0], "epoch"), ([8.0], "epoch")], str(report)
+    assert all(f.note and not f.leak for f in found) and not report.suspects
+    assert "DataLoader `loader` started new workers: a new epoch began" in found[0].evidence[1]

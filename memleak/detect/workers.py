@@ -1,14 +1,19 @@
-"""Copy-on-read growth in DataLoader workers: each worker's PSS grows toward a copy of the
-Dataset's Python objects.
+"""Copy-on-read growth in DataLoader workers: each worker's private memory grows toward a copy
+of the Dataset's Python objects.
 
-Pure over the ``worker{i}_pss_bytes`` columns and the ``dataloader_workers`` events (which
-DataLoader, its epoch length, which columns its workers write; probes/workers.py). One set of
-workers is one segment of steps, from the event that announced it to the next set of the same
-loader (non-persistent workers start afresh each epoch). A segment whose workers' PSS grows
-steadily (detect/growth.py's test, on each worker's series) is reported, with the growth per
-worker and a projection to the end of the epoch against the host's memory. It is a leak when
-that projection exceeds the host's memory, or when the growth goes on past a whole epoch
-(by then every object was touched: more than a copy is growing); otherwise a finding to know.
+Pure over the ``worker{i}_private_bytes`` columns (``worker{i}_pss_bytes`` in runs recorded
+before those were) and the ``dataloader_workers`` events (which DataLoader, its epoch length,
+which columns its workers write; probes/workers.py). One set of workers is one segment of
+steps, from the event that announced it to the next set of the same loader (non-persistent
+workers start afresh each epoch). A segment whose workers' memory grows steadily
+(detect/growth.py's test, on each worker's series) is reported, with the growth per worker and a
+projection to the end of the epoch against the host's memory. It is a leak when that projection
+exceeds the host's memory, or when the growth goes on past a whole epoch (by then every object
+was touched: more than a copy is growing); otherwise a finding to know.
+
+Private memory, not PSS, is judged: a worker's PSS carries its share of the main process's pages,
+so in a large main process the copy is a small part of a large level and falls under the
+growth test's share of the level.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from .growth import MIN_POINTS, MIN_REL_GROWTH_HOST, Growth, analyze_growth
 
 NAME = "workers"
 EVENT = "dataloader_workers"
+#: A worker's private memory also settles by a few hundred KiB while it runs (its allocator, the
+#: interpreter objects it touches once); a copy of a Dataset worth reporting is megabytes.
+MIN_PRIVATE_RISE = 1 << 20
 
 FIX = (
     "Keep the Dataset's data in a few large objects instead of many Python ones: numpy arrays "
@@ -60,18 +68,32 @@ def _segments(run: Run) -> list[tuple[dict, np.ndarray]]:
     return out
 
 
+def _columns(run: Run, ev: dict) -> tuple[list[str], bool]:
+    """The workers' columns to judge, and whether they are private memory (else PSS: a run
+    recorded before private memory was)."""
+    private = [c for c in ev.get("private_columns") or () if isinstance(c, str) and c in run.steps]
+    if private:
+        return private, True
+    return [c for c in ev["columns"] if isinstance(c, str)], False
+
+
 def _growth(run: Run, column: str, rows: np.ndarray) -> Growth | None:
     """detect/growth.py's verdict on one worker's series over `rows`, or None without it."""
     if column not in run.steps or len(rows) < MIN_POINTS:
         return None
     part = Run(run.meta, run.steps.iloc[rows][["step", "time", column]].reset_index(drop=True))
-    # like RSS, a worker's PSS creeps as this process writes pages it shared with the workers:
-    # only a rise of a few percent of the level counts
-    return analyze_growth(part, column, min_rel=MIN_REL_GROWTH_HOST)
+    # like RSS, a worker's memory creeps as this process writes pages it shared with the workers:
+    # only a rise of a few percent of the level counts, and for private memory at least a MiB
+    min_rel = MIN_REL_GROWTH_HOST
+    values = part.steps[column].dropna()
+    level = float(values.abs().median()) if len(values) else 0.0
+    if column.endswith("_private_bytes") and level > 0:
+        min_rel = max(min_rel, MIN_PRIVATE_RISE / level)
+    return analyze_growth(part, column, min_rel=min_rel)
 
 
 def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
-    columns = [c for c in ev["columns"] if isinstance(c, str)]
+    columns, private = _columns(run, ev)
     growth = {c: _growth(run, c, rows) for c in columns}
     growing = {c: g for c, g in growth.items() if g is not None and g.leak and g.slope > 0}
     if not growing:
@@ -87,20 +109,12 @@ def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
     past = _past_epoch(run, columns, rows, epoch, start)
     name = str(ev.get("loader", "a DataLoader"))
     forked = ev.get("start_method") in (None, "fork")
-    evidence = [_growth_line(ev, name, growing, levels, last - start + 1, forked)]
+    evidence = [_growth_line(ev, name, growing, levels, last - start + 1, forked, private)]
     if projected is not None:
-        evidence.append(_projection_line(projected, levels, slopes, epoch, start, last, host, run))
+        evidence.append(_projection_line(projected, _main_rss(run), epoch, start, last, host, private))
     elif not epoch:
         evidence.append("the epoch's length is unknown (the loader's sampler has no length): no projection")
-    if over:
-        evidence.append(
-            "that is more than the host's memory: the run is killed (host out of memory) before the epoch ends"
-        )
-    if past:
-        evidence.append(
-            f"the workers kept growing after a whole epoch ({epoch} steps), when every object was already "
-            "touched: more than a copy of the dataset grows"
-        )
+    evidence += _verdict_lines(over, past, epoch)
     bps = sum(g.slope for g in growing.values())
     return Finding(
         detector=NAME,
@@ -116,6 +130,7 @@ def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
         data=to_jsonable(
             {
                 "loader": name,
+                "series": "private" if private else "pss",
                 "per_worker_slope": {c: g.slope for c, g in growing.items()},
                 "projected_bytes": projected,
                 "host_memory_bytes": host,
@@ -126,18 +141,38 @@ def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
     )
 
 
+def _verdict_lines(over: bool, past: bool, epoch) -> list[str]:
+    """Why it is a leak, if it is."""
+    lines = []
+    if over:
+        lines.append(
+            "that is more than the host's memory: the run is killed (host out of memory) before the epoch ends"
+        )
+    if past:
+        lines.append(
+            f"the workers kept growing after a whole epoch ({epoch} steps), when every object was already "
+            "touched: more than a copy of the dataset grows"
+        )
+    return lines
+
+
 def _projection(run: Run, levels, slopes, epoch, start: float, last: float) -> float | None:
-    """Host memory at the end of the epoch: this process's RSS now plus each worker's PSS
-    grown at its rate until then (shared pages the workers still hold count in both: a bound)."""
+    """Host memory at the end of the epoch: this process's RSS now (every page it shares with
+    the workers, counted once) plus each worker's series grown at its rate until then. With
+    private memory that is the total; with PSS (older runs) shared pages count twice: a bound."""
     if not epoch or not levels:
         return None
     left = max(0.0, start + float(epoch) - 1 - last)
+    return _main_rss(run) + sum(levels[c] + slopes[c] * left for c in levels)
+
+
+def _main_rss(run: Run) -> float:
+    """This process's last recorded RSS (0 without one)."""
     rss = run.steps["rss_bytes"].dropna() if "rss_bytes" in run.steps else None
-    main = float(rss.iloc[-1]) if rss is not None and len(rss) else 0.0
-    return main + sum(levels[c] + slopes[c] * left for c in levels)
+    return float(rss.iloc[-1]) if rss is not None and len(rss) else 0.0
 
 
-def _past_epoch(run: Run, columns, rows: np.ndarray, epoch, start: float) -> bool:
+def _past_epoch(run: Run, columns: list[str], rows: np.ndarray, epoch, start: float) -> bool:
     """Whether a worker still grows after one whole epoch of the same workers."""
     if not epoch:
         return False
@@ -146,12 +181,15 @@ def _past_epoch(run: Run, columns, rows: np.ndarray, epoch, start: float) -> boo
     return any((g := _growth(run, c, later)) is not None and g.leak and g.slope > 0 for c in columns)
 
 
-def _growth_line(ev: dict, name: str, growing: dict[str, Growth], levels, n_steps: float, forked: bool) -> str:
+def _growth_line(
+    ev: dict, name: str, growing: dict[str, Growth], levels, n_steps: float, forked: bool, private: bool
+) -> str:
     size = f", {ev['dataset_len']:,} items" if isinstance(ev.get("dataset_len"), int) else ""
     each = "; ".join(
-        f"{c.removesuffix('_pss_bytes')} {fmt_bytes(g.slope, signed=True)}/step (to {fmt_bytes(levels.get(c))})"
+        f"{c.split('_')[0]} {fmt_bytes(g.slope, signed=True)}/step (to {fmt_bytes(levels.get(c))})"
         for c, g in growing.items()
     )
+    series = "private memory (pages no other process maps)" if private else "proportional set size (PSS)"
     why = (
         "copy-on-read: the workers were forked, and each copies the pages of the Dataset's Python objects "
         "as it touches their reference counts, so its private memory grows toward a whole copy"
@@ -160,16 +198,17 @@ def _growth_line(ev: dict, name: str, growing: dict[str, Growth], levels, n_step
     )
     return (
         f"the {len(levels)} worker processes of DataLoader `{name}` (over {ev.get('dataset', '?')}{size}) grew "
-        f"over {n_steps:.0f} steps, in proportional set size (PSS): {each}; {why}"
+        f"over {n_steps:.0f} steps, in {series}: {each}; {why}"
     )
 
 
-def _projection_line(projected, levels, slopes, epoch, start, last, host, run: Run) -> str:
+def _projection_line(projected, main: float, epoch, start, last, host, private: bool) -> str:
     left = max(0.0, start + float(epoch) - 1 - last)
-    workers = sum(levels[c] + slopes[c] * left for c in levels)
     share = f" ({projected / float(host):.0%} of the host's {fmt_bytes(host)})" if host else ""
+    what = "private memory" if private else "PSS"
+    bound = "" if private else " at most (PSS counts the pages the workers share with this process twice)"
     return (
-        f"projected at the end of the epoch ({epoch} steps, {left:.0f} to go): the workers "
-        f"{fmt_bytes(workers)} together, and with this process's RSS about {fmt_bytes(projected)} of host "
-        f"memory{share}"
+        f"projected at the end of the epoch ({epoch} steps, {left:.0f} to go): this process's RSS "
+        f"{fmt_bytes(main)} plus the workers' {what} {fmt_bytes(projected - main)}, about "
+        f"{fmt_bytes(projected)} of host memory{bound}{share}"
     )

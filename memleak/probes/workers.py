@@ -1,9 +1,13 @@
-"""The memory of DataLoader worker processes: their proportional set size (PSS), each step.
+"""The memory of DataLoader worker processes: their proportional set size (PSS) and their
+private memory, each step.
 
 A Dataset of Python lists or dicts is copied page by page into every forked worker as the
 workers touch the objects' reference counts. That growth is in the workers, not in this
-process, and it shows in their PSS (``/proc/PID/smaps_rollup``: a page shared by n processes
-counts 1/n in each), not in their RSS, which counts shared pages whole and stays flat.
+process, and it shows in their private memory (``/proc/PID/smaps_rollup``: Private_Clean +
+Private_Dirty, the pages no other process maps: each copied page lands there) and in their PSS
+(a page shared by n processes counts 1/n in each), not in their RSS, which counts shared pages
+whole and stays flat. The private series is the one to judge: PSS also carries each worker's
+share of this process's pages, so a large main process hides the copy in a large level.
 
 Reading smaps_rollup makes the kernel walk the worker's page tables: 3 to 10 ms a worker on a
 loaded 2-core machine. So the reads run on a time budget (``workers_budget=``, a share of the
@@ -20,21 +24,28 @@ import time
 from typing import Any
 
 from ..records import Event
-from ..schema import WORKER_PSS, RecordType
+from ..schema import WORKER_PRIVATE, WORKER_PSS, RecordType
 from . import Probe, ProbeContext, Unavailable
 from .loaders import LoaderInfo, child_pids, identify
 
-#: How many bytes of smaps_rollup to read: the Pss line is the second one.
-READ_BYTES = 512
+#: How many bytes of smaps_rollup to read: Private_Dirty is its eleventh line (about 400 bytes in).
+READ_BYTES = 1024
 
 
-def read_pss(fd: int) -> int | None:
-    """The PSS in bytes from an open smaps_rollup (re-read from its start), or None."""
-    data = os.pread(fd, READ_BYTES, 0)
-    at = data.find(b"\nPss:")
+def _field(data: bytes, name: bytes) -> int | None:
+    """The value of one "Name:   123 kB" line of smaps_rollup, in bytes, or None."""
+    at = data.find(b"\n" + name + b":")
     if at < 0:
         return None
-    return int(data[at + 5 :].split(None, 1)[0]) * 1024
+    return int(data[at + len(name) + 2 :].split(None, 1)[0]) * 1024
+
+
+def read_memory(fd: int) -> tuple[int | None, int | None]:
+    """(PSS, private bytes) from an open smaps_rollup (re-read from its start); None where absent."""
+    data = os.pread(fd, READ_BYTES, 0)
+    clean, dirty = _field(data, b"Private_Clean"), _field(data, b"Private_Dirty")
+    private = None if clean is None or dirty is None else clean + dirty
+    return _field(data, b"Pss"), private
 
 
 class WorkerProbe(Probe):
@@ -63,22 +74,28 @@ class WorkerProbe(Probe):
             self._add(step, identify(new, sys._getframe(1)))
         if not self.slots:
             return {}
-        values: dict[str, Any] = {"workers": len(self.fds), "worker_pss_bytes": None}
-        values.update({WORKER_PSS.format(s): None for s in self.slots.values()})
+        values: dict[str, Any] = {"workers": len(self.fds), "worker_pss_bytes": None, "worker_private_bytes": None}
+        for s in self.slots.values():
+            values[WORKER_PSS.format(s)] = values[WORKER_PRIVATE.format(s)] = None
         now = time.perf_counter()
         if self.fds and self.t0 is not None and self.spent <= self.budget * (now - self.t0):
-            total = 0
-            for pid, fd in list(self.fds.items()):
-                try:
-                    pss = read_pss(fd)
-                except OSError:  # it exited since: next step forgets it
-                    pss = None
-                if pss is not None:
-                    values[WORKER_PSS.format(self.slot_of[pid])] = pss
-                    total += pss
-            values["worker_pss_bytes"] = total
+            self._read(values)
             self.spent += time.perf_counter() - now
         return values
+
+    def _read(self, values: dict[str, Any]) -> None:
+        """Each worker's PSS and private bytes into `values`, and their sums."""
+        totals = {"worker_pss_bytes": 0, "worker_private_bytes": 0}
+        for pid, fd in list(self.fds.items()):
+            try:
+                read = read_memory(fd)
+            except OSError:  # it exited since: next step forgets it
+                continue
+            for total, pattern, nbytes in zip(totals, (WORKER_PSS, WORKER_PRIVATE), read, strict=True):
+                if nbytes is not None:
+                    values[pattern.format(self.slot_of[pid])] = nbytes
+                    totals[total] += nbytes
+        values.update(totals)
 
     def _add(self, step: int, found: dict[int, tuple[LoaderInfo, int]]) -> None:
         """Open each new worker's smaps_rollup, give it a column slot, and say which DataLoader
@@ -105,6 +122,7 @@ class WorkerProbe(Probe):
                 start_method=info.start_method,
                 pids=[w[0] for w in workers],
                 columns=[WORKER_PSS.format(w[1]) for w in workers],
+                private_columns=[WORKER_PRIVATE.format(w[1]) for w in workers],
             )
             self.ctx.emit(RecordType.EVENT, Event("dataloader_workers", details).to_dict())
 
