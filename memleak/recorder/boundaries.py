@@ -102,7 +102,7 @@ class Boundaries:
             self._hook_optimizer(opt, ending=i == len(optimizers) - 1)
         if optimizers:
             self.optimizer_steps = 0
-            self.scaler_skips.start(find_scaler(sys._getframe(1)))
+            self.scaler_skips.start(optimizers[-1], find_scaler(sys._getframe(1)))
         if is_compiled(model):
             return  # under torch.compile, Python hooks would run inside the compiled region
         if optimizers and self.mode is Boundary.OPTIMIZER:
@@ -160,6 +160,7 @@ class Boundaries:
         self._node_handles.clear()
         self.in_step = 0
         self._hook_optimizer(optimizer, ending=True)
+        self.scaler_skips.start(optimizer)
         if self.optimizer_steps is None:
             self.optimizer_steps = 0
         if self.mode is not Boundary.CALL:
@@ -171,6 +172,7 @@ class Boundaries:
     def remove(self) -> None:
         """Remove every hook; those left in graphs the user keeps turn inert."""
         self.active = False
+        self.scaler_skips.remove()
         for h in (*self._handles, *self._opt_handles, *self._node_handles):
             h.remove()
         self._handles.clear()

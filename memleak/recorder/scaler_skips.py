@@ -10,6 +10,12 @@ where no hook may be put on the parameters.
 
 The scaler is the one whose ``step()`` is calling the optimizer (found a few frames up), or, for
 skips before the first step, the one in sight when tracking starts. Both are held weakly.
+
+One update per iteration holds only while no other optimizer steps between two steps of the one
+that ends iterations: a WGAN's critic may step (and the scaler update) five times per generator
+step, a GAN's two optimizers share one update. A global step hook counts the other optimizers'
+steps; where any stepped, the updates are not counted (the gradient hook in `boundaries.py` still
+sees eager models' skips there).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.optim.optimizer as optimizer_hooks
 
 from ..probes.frames import is_locals_snapshot, release_snapshots
 
@@ -55,16 +62,35 @@ class ScalerSkips:
         self._scale: Callable[[], Any] = _none  # its scale tensor when last seen (None: not made yet)
         self._version = 0
         self._updates_since = 0  # updates expected since then: 1 after a step, 0 at the start
+        self._ending: Callable[[], Any] = _none  # the optimizer whose steps end iterations
+        self._others = 0  # steps of other optimizers since its last step
+        self._handle: Any = None
 
-    def start(self, scaler: Any) -> None:
-        """The scaler in sight when tracking starts (None: none), before any step."""
-        self._remember(scaler, updates_since=0)
+    def start(self, ending: Any, scaler: Any = None) -> None:
+        """Count from now on the skipped steps of `ending`, the optimizer whose steps end
+        iterations; `scaler`: the one in sight when tracking starts, if any."""
+        self._ending = weakref.ref(ending)
+        if self._handle is None:
+            self._remember(scaler, updates_since=0)
+            me = weakref.ref(self)
+
+            def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+                counter = me()
+                if counter is not None and optimizer is not counter._ending():
+                    counter._others += 1
+
+            self._handle = optimizer_hooks.register_optimizer_step_post_hook(post)
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
 
     def at_step(self, frame: Any) -> int:
         """At a step of the optimizer that ends iterations, called from `frame`: the iterations
         skipped since the last one (0 when the step is not a GradScaler's)."""
         scaler = calling_scaler(frame)
-        skipped = self._count(scaler) if scaler is not None else 0
+        skipped = self._count(scaler)
         self._remember(scaler, updates_since=1)
         return skipped
 
@@ -76,7 +102,8 @@ class ScalerSkips:
 
     def _count(self, scaler: Any) -> int:
         scale = getattr(scaler, "_scale", None)
-        if scaler is None or scaler is not self._scaler() or not isinstance(scale, torch.Tensor):
+        others, self._others = self._others, 0
+        if others or scaler is None or scaler is not self._scaler() or not isinstance(scale, torch.Tensor):
             return 0
         if scale is not self._scale():
             if self._scale() is not None or self._updates_since:

@@ -98,6 +98,30 @@ def test_a_loop_that_skips_its_step_itself_still_ends_the_iteration():
     assert [e["step"] for e in tracker.run().events if e["event"] == "step_skipped"] == [3, 4]
 
 
+@pytest.mark.parametrize("tracked_optimizers", ["critic and generator", "generator only"])
+def test_a_scaler_updated_after_each_critic_step_adds_no_iteration(tracked_optimizers):
+    # a WGAN: the critic steps three times a round, the one scaler updated after each step; the
+    # generator's step ends the round: four updates a round are not three skipped iterations
+    torch.manual_seed(0)
+    gen, critic = Net(), Net()
+    opt_g, opt_c = torch.optim.SGD(gen.parameters(), lr=0.05), torch.optim.SGD(critic.parameters(), lr=0.05)
+    scale = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    optimizers = [opt_c, opt_g] if tracked_optimizers == "critic and generator" else opt_g
+    with tracked("counters")(gen, optimizer=optimizers) as tracker:
+        for _ in range(6):
+            for _ in range(3):
+                opt_c.zero_grad()
+                scale.scale(critic(torch.randn(4, 32)).pow(2).mean()).backward()
+                scale.step(opt_c)
+                scale.update()
+            opt_g.zero_grad()
+            scale.scale(gen(torch.randn(4, 32)).pow(2).mean()).backward()
+            scale.step(opt_g)
+            scale.update()
+    assert tracker.iterations == 6
+    assert not [e for e in tracker.run().events if e["event"] == "step_skipped"]
+
+
 def test_tracker_step_with_a_scaler_counts_each_iteration_once():
     torch.manual_seed(0)
     model = Net()
