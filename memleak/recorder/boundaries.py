@@ -200,6 +200,12 @@ class Boundaries:
         if self.mode is Boundary.OPTIMIZER and self.active:
             self._end_skipped(self.scaler_skips.at_close())
 
+    def drop_pending(self) -> None:
+        """Forget the iterations seen to end but not yet recorded, skipped ones too (``memleak run``
+        at the script's end: what they held is gone)."""
+        self.pending, self.skips_seen = None, 0
+        self.scaler_skips.forget()
+
     def _record_pending(self) -> None:
         kind = self.pending
         if kind is not None:

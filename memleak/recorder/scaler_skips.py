@@ -97,8 +97,12 @@ class ScalerSkips:
     def at_close(self) -> int:
         """When tracking ends: the iterations skipped after the last step."""
         skipped = self._count(self._scaler())
-        self._remember(None, updates_since=0)
+        self.forget()
         return skipped
+
+    def forget(self) -> None:
+        """Count nothing until the next step."""
+        self._remember(None, updates_since=0)
 
     def _count(self, scaler: Any) -> int:
         scale = getattr(scaler, "_scale", None)
