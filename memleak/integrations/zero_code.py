@@ -119,7 +119,7 @@ class ZeroCodeSession:
         if self.tracker is not None:
             # the script has ended and its globals are gone: an iteration a hook saw end is not
             # recorded now, when what it held has been freed
-            self.tracker._boundaries.pending = None
+            self.tracker._boundaries.drop_pending()
             self.tracker.close(exc)
 
     # ------------------------------------------------------------ hooks

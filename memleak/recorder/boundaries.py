@@ -5,14 +5,20 @@ Sources, strongest first (`schema.Boundary`); once a stronger one is seen, weake
 - ``tracker.step()`` (or a watched function returning): the loop says so.
 - ``optimizer.step()`` of the optimizer that ends each iteration (the last one given). An
   iteration whose step was skipped (a GradScaler that found inf or NaN gradients does not call
-  ``optimizer.step()``) still ends: when a backward pass reaches a parameter of that optimizer
-  whose gradient was reset (``zero_grad``) since the last backward pass, with no optimizer step in
-  between, the iteration before ended without a step. It is recorded at the next optimizer step,
-  just before that step ends its own iteration: the count is right, and both records are taken
-  between iterations. A gradient hook on one parameter sees this (parameters pickle and copy without
-  their hooks); backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and
-  with several optimizers any one's step counts as a step in between: a GAN's discriminator step
-  may follow a backward pass that also wrote the generator's gradients.
+  ``optimizer.step()``) still ends. Two signs show it, and each skipped iteration is recorded at
+  the next optimizer step, just before that step ends its own iteration (the count is right, and
+  every record is taken between iterations); where both see a skip, it counts once (the larger
+  of their counts):
+
+  - the GradScaler's own updates (`scaler_skips.py`): one per iteration, read from outside any
+    compiled region, so this one works for compiled models too;
+  - a gradient hook on one parameter of that optimizer (eager models only: no hook goes into
+    compiled code; parameters pickle and copy without their hooks): a backward pass reaching it
+    with its gradient reset (``zero_grad``) since the last backward pass and no optimizer step in
+    between ends an iteration that had no step (a loop that skips the step itself, without a
+    scaler). Backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and with
+    several optimizers any one's step counts as a step in between: a GAN's discriminator step may
+    follow a backward pass that also wrote the generator's gradients.
 - with ``auto`` (``memleak run``, where the loop cannot call ``tracker.step()``), when no optimizer
   step was seen: each backward pass through the model's output (weights updated by hand), and
   before any backward pass, each call of the model (inference). ``memleak.track`` leaves them off:
@@ -29,6 +35,7 @@ object only weakly, and does nothing once it is removed.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -38,7 +45,9 @@ import torch
 import torch.nn.modules.module as module_hooks
 
 from ..probes.identity import is_compiled
+from ..probes.scaler import find_scaler
 from ..schema import Boundary
+from .scaler_skips import ScalerSkips
 
 STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
 # Output nodes whose hooks are removed at close; older graphs are gone (or kept by a leak, where
@@ -68,7 +77,8 @@ class Boundaries:
         self.auto = False  # backward passes and calls of the model may end iterations (memleak run)
         self.kind: Boundary | None = None  # that of the last iteration recorded (the Tracker sets it)
         self.pending: Boundary | None = None  # seen in a hook, recorded at the next safe point
-        self.pending_skip = False
+        self.skips_seen = 0  # iterations without a step the gradient hook saw end, not yet recorded
+        self.scaler_skips = ScalerSkips()
         self.skipped = 0
         self.optimizer_steps: int | None = None  # steps of the optimizer that ends iterations, once hooked
         self.in_step = 0  # inside some optimizer.step()
@@ -92,6 +102,7 @@ class Boundaries:
             self._hook_optimizer(opt, ending=i == len(optimizers) - 1)
         if optimizers:
             self.optimizer_steps = 0
+            self.scaler_skips.start(optimizers[-1], find_scaler(sys._getframe(1)))
         if is_compiled(model):
             return  # under torch.compile, Python hooks would run inside the compiled region
         if optimizers and self.mode is Boundary.OPTIMIZER:
@@ -149,6 +160,7 @@ class Boundaries:
         self._node_handles.clear()
         self.in_step = 0
         self._hook_optimizer(optimizer, ending=True)
+        self.scaler_skips.start(optimizer)
         if self.optimizer_steps is None:
             self.optimizer_steps = 0
         if self.mode is not Boundary.CALL:
@@ -160,6 +172,7 @@ class Boundaries:
     def remove(self) -> None:
         """Remove every hook; those left in graphs the user keeps turn inert."""
         self.active = False
+        self.scaler_skips.remove()
         for h in (*self._handles, *self._opt_handles, *self._node_handles):
             h.remove()
         self._handles.clear()
@@ -173,7 +186,7 @@ class Boundaries:
         if self.mode is Boundary.CALL:
             return True
         self.mode = Boundary.CALL
-        self.pending = None
+        self.pending, self.skips_seen = None, 0
         for h in (*self._handles, *self._node_handles):  # the model's calls no longer matter: no cost for them
             h.remove()
         self._handles.clear()
@@ -181,11 +194,30 @@ class Boundaries:
         return self.kind is not Boundary.OPTIMIZER
 
     def flush(self) -> None:
-        """Record the iteration a hook saw end, if any."""
-        kind, skipped = self.pending, self.pending_skip
+        """When tracking ends: record the iteration a hook saw end, if any, and those skipped after
+        the last optimizer step (a GradScaler updated after it)."""
+        self._record_pending()
+        if self.mode is Boundary.OPTIMIZER and self.active:
+            self._end_skipped(self.scaler_skips.at_close())
+
+    def drop_pending(self) -> None:
+        """Forget the iterations seen to end but not yet recorded, skipped ones too (``memleak run``
+        at the script's end: what they held is gone)."""
+        self.pending, self.skips_seen = None, 0
+        self.scaler_skips.forget()
+
+    def _record_pending(self) -> None:
+        kind = self.pending
         if kind is not None:
-            self.pending, self.pending_skip = None, False
-            self._end(kind, skipped)
+            self.pending = None
+            self._end(kind, False)
+
+    def _end_skipped(self, scaler_skips: int) -> None:
+        """Record the iterations whose optimizer step was skipped: as many as the sign that saw
+        more of them counted (both may see the same ones)."""
+        skipped, self.skips_seen = max(self.skips_seen, scaler_skips), 0
+        for _ in range(skipped):
+            self._end(Boundary.OPTIMIZER, True)
 
     def _on_optimizer_step(self, ending: bool) -> None:
         self.in_step = max(0, self.in_step - 1)
@@ -193,12 +225,13 @@ class Boundaries:
         if ending and self.optimizer_steps is not None:
             self.optimizer_steps += 1
         if ending and self.mode is not Boundary.CALL and self.in_step == 0:
-            self.flush()
+            self._record_pending()
+            self._end_skipped(self.scaler_skips.at_step(sys._getframe(1)))
             self._end(Boundary.OPTIMIZER, False)
 
     def _on_call(self) -> None:
         if self.mode is not Boundary.CALL and not self.in_step:
-            self.flush()
+            self._record_pending()
 
     def _on_return(self, output: Any) -> None:
         if self.mode is Boundary.CALL:
@@ -227,14 +260,10 @@ class Boundaries:
         if self.mode is Boundary.CALL:
             return
         if (
-            self.mode is Boundary.OPTIMIZER
-            and self.backward_since
-            and not self.in_step
-            and self.pending is None
-            and self._grads_reset()
+            self.mode is Boundary.OPTIMIZER and self.backward_since and not self.in_step and self._grads_reset()
         ):  # gradients reset with no step since the last pass: that iteration ended without one
             self.backward_since = False
-            self.pending, self.pending_skip = Boundary.OPTIMIZER, True
+            self.skips_seen += 1
         me = weakref.ref(self)
 
         def done():

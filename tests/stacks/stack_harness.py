@@ -17,6 +17,15 @@ import torch.nn.modules.module as module_hooks
 import torch.optim.optimizer as optimizer_hooks
 
 import memleak
+from memleak.schema import Level
+
+# The levels every stack is tested at, cheapest first (a new level, such as "auto", is one more
+# entry here).
+LEVELS = tuple(level.value for level in (Level.COUNTERS, Level.MODULES, Level.FULL))
+# The levels below full (whose reference walk names any holder) that name one, and the planted leak
+# each names: modules, through the attribute scan, a tensor cached on a module.
+NAMING = {Level.MODULES.value: "module_cache"}
+BELOW_FULL = tuple(level for level in LEVELS if level != Level.FULL.value)
 
 # The planted leaks, and the holder the report must name for each.
 LEAKS = {
@@ -128,6 +137,36 @@ def three_fits(fit, tmp_path_factory) -> dict:
     `fit(folder, tracked=..., leak=...)` -> (what holds its `loss_values`, callback)."""
     return {name: fit(tmp_path_factory.mktemp(name), tracked=name != "untracked", leak=name == "leak")
             for name in ("untracked", "clean", "leak")}
+
+
+@contextlib.contextmanager
+def reports_not_saved():
+    """The framework callbacks write report.txt, report.html and PNG plots at each fit's end (about
+    0.5 s a fit, most of it the PNG). The full-level fits check those files; fits at other levels
+    skip writing them, to keep the suite fast (the report is still made and checked in memory)."""
+    import pytest
+
+    from memleak.report import Report
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Report, "save", lambda self, folder: [])
+        yield
+
+
+def fits_by_level(fit, tmp_path_factory, levels) -> dict:
+    """For each of `levels`, a clean tracked fit, and where the level names holders (NAMING) a fit
+    with that level's planted leak: ``{(level, leak or None): (what holds loss_values, callback)}``;
+    `fit(folder, level=..., leak=...)` as in `three_fits`."""
+    cases = [(level, None) for level in levels] + [(level, NAMING[level]) for level in levels if level in NAMING]
+    with reports_not_saved():
+        return {(level, leak): fit(tmp_path_factory.mktemp(f"{level}-{leak}"), level=level, leak=leak)
+                for level, leak in cases}
+
+
+def assert_fit_clean(report, steps: int) -> None:
+    """A clean fit: every step recorded, and the verdict "clean" (not merely "inconclusive")."""
+    assert len(report.run.steps) == steps
+    assert report.verdict == "clean", str(report)
 
 
 def assert_same_losses(fits, steps: int) -> None:

@@ -71,6 +71,57 @@ def test_a_skipped_scaler_step_still_ends_its_iteration(zero_grad_first):
     assert "3 iterations whose optimizer step was skipped" in str(ran.tracker.report())
 
 
+def test_consecutive_first_and_last_skips_each_end_an_iteration_and_count_once():
+    # the scaler's updates and the gradient hook both see these skips: each is recorded once; the
+    # first iteration's (before any step) and the last one's (after the last step: at close) too
+    skipped = (0, 6, 7, 8, 15)
+    ran = amp_loop(tracked("counters"), 16, overflow=skipped)
+    run = ran.tracker.run()
+    assert len(run.steps) == 16
+    assert [e["step"] for e in run.events if e["event"] == "step_skipped"] == list(skipped)
+    assert run.steps["optimizer_steps"].iloc[-1] == 16 - len(skipped)
+
+
+def test_a_loop_that_skips_its_step_itself_still_ends_the_iteration():
+    # no scaler: the gradient hook alone sees the gradients reset with no step in between
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with tracked("counters")(model, optimizer=opt) as tracker:
+        for i in range(10):
+            opt.zero_grad()
+            loss = model(torch.randn(4, 32)).pow(2).mean()
+            loss.backward()
+            if i not in (3, 4):
+                opt.step()
+    assert tracker.iterations == 10
+    assert [e["step"] for e in tracker.run().events if e["event"] == "step_skipped"] == [3, 4]
+
+
+@pytest.mark.parametrize("tracked_optimizers", ["critic and generator", "generator only"])
+def test_a_scaler_updated_after_each_critic_step_adds_no_iteration(tracked_optimizers):
+    # a WGAN: the critic steps three times a round, the one scaler updated after each step; the
+    # generator's step ends the round: four updates a round are not three skipped iterations
+    torch.manual_seed(0)
+    gen, critic = Net(), Net()
+    opt_g, opt_c = torch.optim.SGD(gen.parameters(), lr=0.05), torch.optim.SGD(critic.parameters(), lr=0.05)
+    scale = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    optimizers = [opt_c, opt_g] if tracked_optimizers == "critic and generator" else opt_g
+    with tracked("counters")(gen, optimizer=optimizers) as tracker:
+        for _ in range(6):
+            for _ in range(3):
+                opt_c.zero_grad()
+                scale.scale(critic(torch.randn(4, 32)).pow(2).mean()).backward()
+                scale.step(opt_c)
+                scale.update()
+            opt_g.zero_grad()
+            scale.scale(gen(torch.randn(4, 32)).pow(2).mean()).backward()
+            scale.step(opt_g)
+            scale.update()
+    assert tracker.iterations == 6
+    assert not [e for e in tracker.run().events if e["event"] == "step_skipped"]
+
+
 def test_tracker_step_with_a_scaler_counts_each_iteration_once():
     torch.manual_seed(0)
     model = Net()

@@ -169,3 +169,24 @@ def test_a_list_of_undetached_losses_is_named_at_level_full(default_mode):
     assert report.leak, str(report)
     assert report.suspects[0].location == "kept", str(report)  # loop()'s name for the list
     assert dynamo_counts() == before
+
+
+def test_a_step_the_grad_scaler_skips_still_ends_its_iteration(default_mode):
+    # no gradient hook goes on a compiled model's parameters: the scaler's own updates show the skips
+    compiled, opt = default_mode["compiled"], default_mode["opt"]
+    loop(compiled, opt, batches(1, seed=9))  # compiled again if another fixture reset dynamo since
+    before = dynamo_counts()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    skipped = (0, 4, 5, 9, 11)  # the first, two in a row, the last
+    with memleak.track(compiled, optimizer=opt, level="counters") as t:
+        for i, x in enumerate(batches(12, seed=4)):
+            opt.zero_grad()
+            loss = compiled(x).pow(2).mean() * (float("inf") if i in skipped else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    assert scaler.get_scale() == 2.0**8 / 2 ** len(skipped)  # the scaler did skip those steps
+    run = t.run()
+    assert len(run.steps) == 12
+    assert [e["step"] for e in run.events if e["event"] == "step_skipped"] == list(skipped)
+    assert dynamo_counts() == before

@@ -1,6 +1,8 @@
 """A real Hugging Face `Trainer` fit (a tiny GPT-2 built from a config, no download) tracked at
-level full: losses bit-identical to an untracked fit, a metric list the user's Trainer subclass
-keeps found and named, a clean fit clean, and a fit that raises closes the tracker at once."""
+every level: losses bit-identical to an untracked fit, a clean fit clean, nothing left installed; a
+metric list the user's Trainer subclass keeps found and named at level full (the reference walk), a
+tensor cached on a submodule at level modules (the attribute scan); a fit that raises closes the
+tracker at once."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +13,14 @@ pytest.importorskip("accelerate")  # Trainer needs it
 
 import memleak  # noqa: E402
 from memleak.integrations.huggingface import MemleakCallback  # noqa: E402
-from stacks.stack_harness import assert_same_losses, left_installed, three_fits  # noqa: E402
+from stacks.stack_harness import (  # noqa: E402
+    BELOW_FULL,
+    assert_fit_clean,
+    assert_same_losses,
+    fits_by_level,
+    left_installed,
+    three_fits,
+)
 
 STEPS = 30
 
@@ -28,7 +37,8 @@ class Tokens(torch.utils.data.Dataset):
 
 
 class MetricTrainer(transformers.Trainer):
-    """The user's Trainer: records each step's loss; `leak` keeps the loss tensor itself."""
+    """The user's Trainer: records each step's loss; `leak` keeps the loss tensor itself, or with
+    "module_cache" a tensor a step on the first block (`transformer.h.0.cache`)."""
 
     def __init__(self, *args, leak=False, fail_at=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -41,17 +51,20 @@ class MetricTrainer(transformers.Trainer):
             raise RuntimeError("boom")
         loss = super().compute_loss(*args, **kwargs)
         self.loss_values.append(loss.item())
-        if self.leak:
+        if self.leak == "module_cache":
+            block = self.model.transformer.h[0]
+            block.cache = [*getattr(block, "cache", []), torch.ones(4096)]
+        elif self.leak:
             self.batch_losses.append(loss)  # the leak: a metric list of undetached losses
         return loss
 
 
-def fit(tmp_path, *, tracked=True, leak=False, fail_at=None, steps=STEPS, cb=None):
+def fit(tmp_path, *, tracked=True, leak=False, fail_at=None, steps=STEPS, cb=None, level="full"):
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=1000, n_positions=32, n_embd=32, n_layer=1, n_head=2)
     model = transformers.GPT2LMHeadModel(config)
     if tracked and cb is None:
-        cb = MemleakCallback(out=tmp_path / "memleak", level="full", print_report=False)
+        cb = MemleakCallback(out=tmp_path / "memleak", level=level, print_report=False)
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "hf"), max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3,
         report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
@@ -83,6 +96,31 @@ def test_a_clean_fit_is_clean(fits):
     report = fits["clean"][1].report
     assert not report.leak, str(report)
     assert len(report.run.steps) == STEPS
+
+
+@pytest.fixture(scope="module")
+def by_level(tmp_path_factory):
+    return fits_by_level(fit, tmp_path_factory, BELOW_FULL)
+
+
+@pytest.mark.parametrize("level", BELOW_FULL)
+def test_each_level_keeps_the_losses_and_leaves_nothing_installed(fits, by_level, level):
+    untracked = fits["untracked"][0].loss_values
+    for (lv, leak), (trainer, cb) in by_level.items():
+        if lv == level:
+            assert trainer.loss_values == untracked, (level, leak)
+            assert cb.tracker is None and not left_installed([trainer.model]), (level, leak)
+
+
+@pytest.mark.parametrize("level", BELOW_FULL)
+def test_a_clean_fit_is_clean_at_each_level(by_level, level):
+    assert_fit_clean(by_level[level, None][1].report, STEPS)
+
+
+def test_the_attribute_scan_names_a_tensor_cached_on_a_block_at_level_modules(by_level):
+    report = by_level["modules", "module_cache"][1].report
+    assert report.leak, str(report)
+    assert report.suspects[0].location == "transformer.h.0.cache", str(report)
 
 
 def test_a_fit_that_raises_closes_the_tracker_at_once(tmp_path):

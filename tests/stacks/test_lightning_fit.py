@@ -1,6 +1,7 @@
-"""A real Lightning fit tracked at level full: losses bit-identical to an untracked fit, the
-LightningModule's `self.outputs` kept without detach found and named, a clean fit clean, and
-nothing left installed afterwards."""
+"""A real Lightning fit tracked at every level: losses bit-identical to an untracked fit, the
+LightningModule's `self.outputs` kept without detach found and named (level full by the reference
+walk, level modules by the attribute scan: the list is an attribute of the module), a clean fit
+clean, and nothing left installed afterwards."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,14 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec")  # lightning's own 
 
 import memleak  # noqa: E402
 from memleak.integrations.lightning import MemleakCallback  # noqa: E402
-from stacks.stack_harness import assert_same_losses, left_installed, three_fits  # noqa: E402
+from stacks.stack_harness import (  # noqa: E402
+    BELOW_FULL,
+    assert_fit_clean,
+    assert_same_losses,
+    fits_by_level,
+    left_installed,
+    three_fits,
+)
 
 STEPS = 30
 
@@ -41,13 +49,14 @@ class Classifier(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
-def fit(tmp_path, *, tracked=True, leak=False):
+def fit(tmp_path, *, tracked=True, leak=False, level="full"):
+    """`leak`: True or "module_cache" (both: `self.outputs`, a list on the LightningModule)."""
     torch.manual_seed(0)
-    module = Classifier(leak)
+    module = Classifier(bool(leak))
     g = torch.Generator().manual_seed(1)
     data = torch.utils.data.TensorDataset(torch.randn(STEPS * 32, 32, generator=g),
                                           torch.randint(0, 4, (STEPS * 32,), generator=g))
-    cb = MemleakCallback(out=tmp_path / "memleak", level="full", print_report=False) if tracked else None
+    cb = MemleakCallback(out=tmp_path / "memleak", level=level, print_report=False) if tracked else None
     trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
                          callbacks=[cb] if cb else [])
@@ -82,3 +91,30 @@ def test_a_clean_fit_is_clean_and_leaves_nothing_installed(fits):
     assert not cb.report.leak, str(cb.report)
     assert len(cb.report.run.steps) == STEPS
     assert not left_installed([module])
+
+
+# ---------------------------------------------------------------- the levels below full
+
+@pytest.fixture(scope="module")
+def by_level(tmp_path_factory):
+    return fits_by_level(fit, tmp_path_factory, BELOW_FULL)
+
+
+@pytest.mark.parametrize("level", BELOW_FULL)
+def test_each_level_keeps_the_losses_and_leaves_nothing_installed(fits, by_level, level):
+    untracked = fits["untracked"][0].loss_values
+    for (lv, leak), (module, cb) in by_level.items():
+        if lv == level:
+            assert module.loss_values == untracked, (level, leak)
+            assert cb.tracker is None and not left_installed([module]), (level, leak)
+
+
+@pytest.mark.parametrize("level", BELOW_FULL)
+def test_a_clean_fit_is_clean_at_each_level(by_level, level):
+    assert_fit_clean(by_level[level, None][1].report, STEPS)
+
+
+def test_the_attribute_scan_names_self_outputs_at_level_modules(by_level):
+    report = by_level["modules", "module_cache"][1].report
+    assert report.leak, str(report)
+    assert report.suspects[0].location == "outputs", str(report)
