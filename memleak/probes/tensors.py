@@ -54,6 +54,9 @@ MAX_COHORTS = 12
 MAX_REFERRER_LOOKUPS = 3
 # Deep steps come at least this often, whatever they cost (a leak needs a few samples to show).
 MAX_GAP = 6
+# In the auto level's windows, every other step is deep (the densest the survivor check allows:
+# a tensor counts as surviving once it is two steps old).
+WINDOW_GAP = 2
 
 
 class _NoMode:
@@ -77,7 +80,8 @@ class TensorProbe(Probe):
         self.plain: float | None = None
         self.prev_roots: dict = {}  # per holder, where its graphs started at the last deep step
         self.last_cost = 0.0
-        self.next_deep = 1
+        self.next_deep: float = 1
+        self.window: bool | None = None  # the auto level's window: None at a fixed level
         self.referrer_lookups = 0
         self.named_sites: dict[str, str] = {}
         # Under torch.compile a mode or saved-tensor hook would break graphs or force recompiles:
@@ -147,6 +151,10 @@ class TensorProbe(Probe):
                 return
             self._mode = Tagging(self)
 
+    def set_detail(self, step: int, on: bool) -> None:
+        self.window = on
+        self.next_deep = max(step, 1) if on else math.inf  # step 0 runs first-use set-up: not a sample
+
     def _give_up(self, why: str) -> None:
         if self.tagging:
             self.tagging = False
@@ -177,7 +185,7 @@ class TensorProbe(Probe):
             cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0 - self.lookup_seconds
             self.last_cost = cost
             gap = max(2, math.ceil(cost / max(plain * self.budget, 1e-9)))
-            self.next_deep = step + min(gap, MAX_GAP)
+            self.next_deep = step + (WINDOW_GAP if self.window else min(gap, MAX_GAP))
         return {"deep_seconds": round(time.perf_counter() - t0, 6)}
 
     def _deep_sample(self, step: int) -> None:

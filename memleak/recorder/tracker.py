@@ -19,9 +19,10 @@ from ..errors import UsageError
 from ..io import RecordSink, RunWriter, run_from_records
 from ..io.runfiles import free_path
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
-from ..schema import LEVELS
+from ..schema import DEFAULT_LEVEL, DETAIL_EVENT, LEVELS, DetailReason, Level
 from . import running
-from .live import NAN, LiveCheck
+from .escalation import AutoLevel
+from .live import LiveCheck
 from .runinfo import base_meta, run_file_path
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class Tracker:
         *,
         optimizer: Any = None,
         out: str | os.PathLike | None = None,
-        level: str = "full",
+        level: str = DEFAULT_LEVEL,
         device: Any = None,
         budget: int | float | str | None = None,
         record_history: bool | int = False,
@@ -91,6 +92,7 @@ class Tracker:
         self._last_boundary_by_optimizer = False
         self._step = 0
         self._live = LiveCheck(functools.partial(running.warned_elsewhere, weakref.ref(self)))
+        self._auto = AutoLevel() if level == Level.AUTO else None  # when level auto turns full detail on
         # steps may end in several threads at once: one at a time, numbered in order (reentrant, for
         # an on_leak that calls step() or close())
         self._lock = threading.RLock()
@@ -164,6 +166,8 @@ class Tracker:
 
         self._heap = heap_counter()
         self._t0 = self._t_step = time.perf_counter()
+        if self._auto is not None:
+            self._set_detail(0, *self._auto.begin())
         self._begin(0)
 
     def _start_probes(self, meta: dict[str, Any]) -> list[tuple[str, str]]:
@@ -281,19 +285,22 @@ class Tracker:
                 values.update(probe.sample(step, seconds))
             except Exception as e:  # a probe bug must not break the user's training loop
                 self._turn_off(probe, e)
+        sampled = time.perf_counter() - now
         heap = self._heap
         if heap is not None:
             values["memleak_bytes"] = self._own_bytes
             heap0 = heap()
         self._started_sink().step(values)
         live = self._live
-        for col, vals in live.series.items():
-            v = values.get(col)
-            vals.append(NAN if v is None else v)
+        live.append(step, values)
         if heap is not None:
             # what this bookkeeping kept on the heap (the live columns, in-memory records) is
             # memleak's own memory, taken off the host series before they are judged
             self._own_bytes += heap() - heap0
+        if self._auto is not None:
+            change = self._auto.after(step, seconds + sampled, now - self._t0, live.series)
+            if change is not None:
+                self._set_detail(step + 1, *change)
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
             live.run(step, self.meta, self._started_sink(), self._read_now, self._on_leak_confirmed)
@@ -301,6 +308,16 @@ class Tracker:
             live.freed = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
             self._begin(step)
+
+    def _set_detail(self, step: int, on: bool, why: DetailReason) -> None:
+        """Level auto: the sampled probes' detail on or off from `step`, said in the run."""
+        for probe in list(self._probes):
+            try:
+                probe.set_detail(step, on)
+            except Exception as e:  # a probe bug must not break the user's training loop
+                self._turn_off(probe, e)
+        level = Level.FULL if on else Level.COUNTERS
+        self._started_sink().event(DETAIL_EVENT, step=step, level=level.value, reason=why.value)
 
     def _turn_off(self, probe: Probe, error: Exception) -> None:
         """A probe that failed: stopped and dropped, and said in the log and the run."""
