@@ -49,7 +49,7 @@ def test_a_flat_series_opens_only_the_start_window():
         change = auto.after(step, 0.03 if auto.on else 0.01, 0.01 * step, _series(heap[: step + 1]))
         if change is not None:
             changes.append((step + 1, *change))
-    assert changes[0] == (escalation.WINDOW_STEPS, False, DetailReason.WINDOW_END)
+    assert changes[0] == (escalation.START_STEPS, False, DetailReason.WINDOW_END)
     assert all(why != DetailReason.GROWTH for _, _, why in changes), changes
 
 
@@ -63,7 +63,9 @@ def test_growth_opens_a_window_and_the_next_waits_until_the_run_is_twice_as_long
         if change is not None and change[0]:
             opened.append((step + 1, change[1]))
     growth = [s for s, why in opened if why == DetailReason.GROWTH]
-    assert growth and growth[0] == escalation.WINDOW_STEPS + 1  # right after the start window
+    # as soon as the screen has its rows after the start window (a window's own rows are left out)
+    first = escalation.START_STEPS + escalation.SCREEN_MIN_ROWS
+    assert growth and first <= growth[0] <= first + escalation.SCREEN_EVERY
     assert all(b >= escalation.GROWTH_SPACING * a for a, b in zip(growth, growth[1:], strict=False))
     assert len(growth) <= 5  # 10, 20, 40, 80, 160: spread over the run, not every step
 
@@ -106,10 +108,10 @@ def test_a_leak_at_auto_is_named_and_the_report_says_which_steps_had_full_detail
     assert report.verdict.value == "leak"
     assert report.suspects[0].location == "keep"  # the list _train appends to
     spans = report.run.detail_spans()
-    assert spans[0] == (0, escalation.WINDOW_STEPS - 1, "full", "start")
+    assert spans[0] == (0, escalation.START_STEPS - 1, "full", "start")
     assert any(level == "full" and why == "growth" for _, _, level, why in spans)
     assert any(level == "counters" for _, _, level, _ in spans) or len(spans) > 1
-    assert "full detail on steps 0-9 (start)" in str(report)
+    assert "full detail on steps 0-5 (start)" in str(report)
 
 
 def test_between_windows_no_hook_is_installed_and_no_tensor_is_tagged():

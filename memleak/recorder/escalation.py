@@ -10,10 +10,13 @@ and still alive in the next is seen surviving.
 
 Windows open
 
-- at the start of every run (`start`): short runs (a test, a job that fails early) get their
-  samples, and the first-use growth of a run is looked at closely;
+- at the start of every run (`start`, `START_STEPS` long: three samples): short runs (a test,
+  a job that fails early) get their samples, and the first-use growth of a run is looked at
+  closely;
 - when the growth screen sees memory start to rise (`growth`): Kendall's tau of the last
-  `SCREEN_ROWS` values of the device, heap and census series is clearly positive. These
+  `SCREEN_ROWS` values of the device, heap and census series since the last window ended is
+  clearly positive (rows of a window are left out: what the probes keep while they sample is
+  memleak's own memory, and must not open the next window). These
   windows are not budgeted, since a leak is what memleak is for, but each waits until the run
   is `GROWTH_SPACING` times as long as when the last one opened, so a run that keeps growing
   gets a few windows, spread over its length, not full detail throughout;
@@ -22,8 +25,8 @@ Windows open
   the last window: slow growth the screen misses is still sampled, and a bounded cache is
   seen again after it filled.
 
-What detail costs is measured, not assumed: the time of a detail step, memleak's sampling
-included, less the time of a plain (counters) step.
+What detail costs is measured: the time of a detail step, memleak's sampling included, less the
+time of a plain (counters) step, and never less than `DETAIL_FLOOR` of a plain step.
 """
 
 from __future__ import annotations
@@ -39,8 +42,13 @@ from ..schema import DetailReason
 if TYPE_CHECKING:
     import numpy as np
 
-#: Steps a window lasts.
+#: Steps a window lasts...
 WINDOW_STEPS = 10
+#: ...and the one at the start, the shortest that gives three samples (every run pays for it).
+START_STEPS = 6
+#: Each detail step is taken to cost at least this share of a plain step, whatever was measured
+#: (on a loaded machine the measure is mostly noise, and noise must not make windows free).
+DETAIL_FLOOR = 0.3
 #: Sampled windows: all detail may cost this share of the run's time...
 SAMPLE_BUDGET = 0.01
 #: ...and one comes at most every SAMPLE_GAP steps (a cost measured near zero is noise, not free).
@@ -50,9 +58,14 @@ GROWTH_SPACING = 2.0
 #: The growth screen: Kendall's tau over the last SCREEN_ROWS values (at least SCREEN_MIN_ROWS)...
 SCREEN_ROWS = 64
 SCREEN_MIN_ROWS = 8
-#: ...at least this many of its standard deviations under no trend, and at least SCREEN_MIN_TAU.
+#: ...at least this many of its standard deviations under no trend, and at least SCREEN_MIN_TAU;
+#: the series rose from one step to the next on at least this share of the steps (a leak adds
+#: to memory every step, while a process's heap also creeps up in a few rare steps), and by
+#: SCREEN_NOISE times the median size of a step's change at least (not jitter that drifts).
 SCREEN_SIGMAS = 2.5
 SCREEN_MIN_TAU = 0.3
+SCREEN_MIN_RISING = 0.5
+SCREEN_NOISE = 4.0
 #: The screen runs every few steps, within this share of the step time.
 SCREEN_EVERY = 4
 SCREEN_BUDGET = 0.002
@@ -62,12 +75,16 @@ OWN_COLUMN = "memleak_bytes"
 
 
 def rising(y: np.ndarray) -> bool:
-    """Whether `y` (NaN where not read) trends up: Kendall's tau clearly above what noise gives."""
+    """Whether `y` (NaN where not read) trends up: it rose on most steps, and Kendall's tau is
+    clearly above what noise gives."""
     import numpy as np
 
     y = y[np.isfinite(y)]
     n = len(y)
     if n < SCREEN_MIN_ROWS:
+        return False
+    d = np.diff(y)
+    if (d > 0).mean() < SCREEN_MIN_RISING or y[-1] - y[0] <= SCREEN_NOISE * float(np.median(np.abs(d))):
         return False
     upper = np.triu_indices(n, 1)
     tau = float(np.sign(y[None, :] - y[:, None])[upper].mean())
@@ -75,19 +92,23 @@ def rising(y: np.ndarray) -> bool:
     return tau >= max(SCREEN_MIN_TAU, SCREEN_SIGMAS * sigma)
 
 
-def screen(series: Mapping[str, array]) -> bool:
-    """Whether any watched memory series rises over its last SCREEN_ROWS values (the host heap
-    less memleak's own bytes)."""
+def screen(series: Mapping[str, array], since: int = 0) -> bool:
+    """Whether any watched memory series rises over its last SCREEN_ROWS values from step
+    `since` on (the host heap less memleak's own bytes)."""
     import numpy as np
 
+    steps = np.frombuffer(series["step"], dtype=np.float64)
+    first = max(int(np.searchsorted(steps, since)), len(steps) - SCREEN_ROWS)
+    if len(steps) - first < SCREEN_MIN_ROWS:
+        return False
     own = series.get(OWN_COLUMN)
     for col in SCREEN_COLUMNS:
         vals = series.get(col)
-        if vals is None or len(vals) < SCREEN_MIN_ROWS:
+        if vals is None or len(vals) != len(steps):
             continue
-        y = np.frombuffer(vals, dtype=np.float64)[-SCREEN_ROWS:]
-        if col == "heap_bytes" and own is not None and len(own) == len(vals):
-            mine = np.frombuffer(own, dtype=np.float64)[-SCREEN_ROWS:]
+        y = np.frombuffer(vals, dtype=np.float64)[first:]
+        if col == "heap_bytes" and own is not None and len(own) == len(steps):
+            mine = np.frombuffer(own, dtype=np.float64)[first:]
             y = y - np.where(np.isfinite(mine), mine, 0.0)
         if rising(y):
             return True
@@ -111,11 +132,12 @@ class AutoLevel:
         self.screen_seconds = 0.0
 
     def begin(self) -> tuple[bool, DetailReason]:
-        return self._open(0, DetailReason.START)
+        return self._open(0, DetailReason.START, START_STEPS)
 
     def spent(self) -> float:
         """Seconds detail has cost so far (a plain step's time taken off each detail step's)."""
-        return max(0.0, self.detail_seconds - self.detail_steps * (self.plain or 0.0))
+        plain = self.detail_steps * (self.plain or 0.0)
+        return max(self.detail_seconds - plain, DETAIL_FLOOR * plain)
 
     def after(
         self, step: int, seconds: float, elapsed: float, series: Mapping[str, array]
@@ -143,15 +165,15 @@ class AutoLevel:
 
     def _screen(self, step: int, series: Mapping[str, array]) -> bool:
         t0 = time.perf_counter()
-        seen = screen(series)
+        seen = screen(series, self.until)
         cost = time.perf_counter() - t0
         self.screen_seconds += cost
         plain = max(self.plain or 0.0, 1e-6)
         self.next_screen = step + max(SCREEN_EVERY, math.ceil(cost / (SCREEN_BUDGET * plain)))
         return seen
 
-    def _open(self, step: int, why: DetailReason) -> tuple[bool, DetailReason]:
+    def _open(self, step: int, why: DetailReason, steps: int = WINDOW_STEPS) -> tuple[bool, DetailReason]:
         self.on = True
-        self.until = step + WINDOW_STEPS
+        self.until = step + steps
         self.windows += 1
         return True, why
