@@ -53,6 +53,9 @@ class Probe:
         what was learned (tags, weak references) for the next window. The fixed levels never call
         it; the counters probes, which read every step, ignore it."""
 
+    def finish(self, step: int) -> None:
+        """The run ended; `step` was its last step (called once, before stop)."""
+
     def stop(self) -> None:
         """Undo everything start did. Must be safe to call twice."""
 

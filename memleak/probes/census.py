@@ -3,9 +3,9 @@
 It walks every object the garbage collector tracks (a tenth of a second or more
 in a process with torch loaded), so it runs on a time budget: a census is taken
 only when the step time since the last one pays for it at `budget` (5 % by
-default). Before the first one its cost is guessed from the number of memory
-blocks Python has allocated, so that the first census is paid for too. Steps
-without one have NaN.
+default), and on the first step. At level auto the first one is paid for too:
+its cost is guessed from the number of memory blocks Python has allocated.
+Steps without one have NaN.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..schema import Level
 from . import Probe, ProbeContext
 
 # A census visits about one object per few allocated blocks: seconds per block, to guess what the
@@ -72,7 +73,9 @@ class CensusProbe(Probe):
     def start(self, ctx: ProbeContext) -> dict[str, Any]:
         self.device = str(ctx.device)
         self.budget = float(ctx.options.get("census_budget", 0.05))
-        self.credit = 0.0  # seconds of budget not yet spent
+        # seconds of budget not yet spent: the fixed levels take their first census on the first step
+        # (a start-up cost: the survivor checks of short runs lean on it); level auto pays for it too
+        self.credit = 0.0 if ctx.level == Level.AUTO else float("inf")
         self.last_cost = sys.getallocatedblocks() * _SECONDS_PER_BLOCK  # until a census measures it
         self.window: bool | None = None  # the auto level's window: None at a fixed level
         return {"census_budget": self.budget}

@@ -155,6 +155,15 @@ class TensorProbe(Probe):
         self.window = on
         self.next_deep = max(step, 1) if on else math.inf  # step 0 runs first-use set-up: not a sample
 
+    def finish(self, step: int) -> None:
+        """Level auto: one last walk and survivor check when the run ends, if no window ended it:
+        what a window saw surviving is looked at once more (a bounded buffer has let it go by then,
+        a leak still holds it)."""
+        if self.window is None or self._mode is not None or (self._deep_step or 0) >= step - 1:
+            return
+        with torch._C.DisableTorchFunction():
+            self._deep_sample(step)
+
     def _give_up(self, why: str) -> None:
         if self.tagging:
             self.tagging = False

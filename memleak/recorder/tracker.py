@@ -229,7 +229,10 @@ class Tracker:
             self._hooks.clear()
             for probe in self._probes:
                 try:
-                    probe.stop()
+                    try:
+                        probe.finish(self._step - 1)
+                    finally:
+                        probe.stop()
                 except Exception as e:  # one probe failing to stop must not keep the others' hooks in
                     log.warning("memleak: %s probe failed to stop: %s", probe.name, e)
             if self.record_history:
