@@ -89,7 +89,9 @@ def helper_object_on_the_model(model, opt, n):
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()
-    with memleak.track(model, optimizer=opt) as tracker:
+    # level full: at auto (the default) some of these 40-step shapes (a tensor grown by torch.cat,
+    # tensors as dict keys) are not always named yet; see docs/usage.md#levels
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
         loop(model, opt, 40)
     report = tracker.report()
     assert report.verdict == "leak", str(report)
