@@ -319,7 +319,9 @@ class Tracker:
     def _set_detail(self, step: int, on: bool | None, why: DetailReason) -> None:
         """Level auto: the sampled probes' detail on or off from `step` (None: on level full's own
         schedule, as they started), said in the run."""
-        for probe in list(self._probes) if on is not None else ():
+        for probe in list(self._probes):
+            if on is None:  # as they started: nothing to change
+                break
             try:
                 probe.set_detail(step, on)
             except Exception as e:  # a probe bug must not break the user's training loop
