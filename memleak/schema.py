@@ -94,7 +94,7 @@ DETAIL_EVENT = "detail"
 class DetailReason(StrEnum):
     """Why the auto level turned full detail on (or, for WINDOW_END, off)."""
 
-    START = "start"  # the first steps of every run
+    START = "start"  # the first steps of every run, recorded as at level full
     GROWTH = "growth"  # the growth screen saw memory start to rise
     SAMPLE = "sample"  # a sampled window, paid for by the auto level's time budget
     WINDOW_END = "window_end"  # the window took its samples: back to counters
