@@ -158,3 +158,44 @@ def test_a_fixed_level_is_one_span(level):
     with memleak.track(model, level=level) as tracker:
         _train(model, opt, 5, tracker)
     assert tracker.run().detail_spans() == [(0, 4, level, "fixed")]
+
+
+def _retained(tracker) -> dict[str, int]:
+    """Items memleak holds in memory for one run: the live columns, the probes' tags, weak
+    references and holder names, the writer's in-memory records (none while the file is written)."""
+    probes = {p.name: p for p in tracker._probes}
+    tensors, modules = probes["tensors"], probes["modules"]
+    return {
+        "live rows": len(tracker._live.series["step"]),
+        "births": len(tensors.births),
+        "saved": len(tensors.saved),
+        "saved cohorts": len(tensors.saved_tagged),
+        "site holders": len(tensors.site_holders) + len(tensors.named_sites),
+        "module outputs": len(modules.outputs),
+        "writer records": len(tracker.sink._records),
+    }
+
+
+def test_what_auto_holds_in_memory_does_not_grow_with_the_steps(tmp_path, monkeypatch):
+    """A leaking run (the leak's own tensors kept by the test) at the default level: what memleak
+    keeps after 360 steps is no more than after 120, whatever the windows sampled meanwhile."""
+    monkeypatch.setattr(live, "LIVE_ROWS", 64)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept = []
+    counts = {}
+    with memleak.track(model, optimizer=opt, out=tmp_path) as tracker:
+        for n in (120, 360):
+            while tracker.iterations < n:
+                loss = model(torch.randn(2, 64)).sum()
+                loss.backward()
+                opt.step()
+                kept.append(torch.randn(512))  # a leak: growth windows keep opening
+            counts[n] = _retained(tracker)
+            ages = {p.name: p for p in tracker._probes}["tensors"].ages._seen  # first seen, by the walks
+            assert len(ages) <= len(kept) + 200, len(ages)  # live ones only (the leak's, the model's)
+        windows = tracker._auto.windows
+    assert windows >= 2, windows  # detail was sampled after the young steps: the probes had work
+    assert counts[360]["live rows"] < 64 and counts[360]["writer records"] == 0, counts
+    for item, at_120 in counts[120].items():
+        assert counts[360][item] <= max(at_120, 64), (item, counts)  # bounded, not per step
