@@ -1,9 +1,11 @@
 """Detection quality over the scenario corpus (tests/scenarios/).
 
     python benchmarks/detection.py [--level full] [--steps N] [-v] [names...]
+    python benchmarks/detection.py --level auto full      # both levels, side by side
 
-Prints, per scenario, the verdict and the top suspects, then recall (leaks found), the kind of the suspect that names the culprit,
-false alarms (benign cases called leaks), and top-1 / top-3 location accuracy.
+Prints, per scenario and level, the verdict and the top suspects, then per level recall (leaks
+found), the kind of the suspect that names the culprit, false alarms (benign cases called
+leaks), and top-1 / top-3 location accuracy; at level auto also the steps that had full detail.
 """
 from __future__ import annotations
 
@@ -47,17 +49,38 @@ def rank_of(report, location: str | None) -> int | None:
     return None
 
 
+def detail_share(report) -> tuple[int, int]:
+    """(steps with full detail, steps) of the report's run."""
+    spans = report.run.detail_spans()
+    full = sum(b - a + 1 for a, b, level, _ in spans if level == "full")
+    return full, (spans[-1][1] + 1 if spans else 0)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("names", nargs="*")
-    ap.add_argument("--level", default="full")
+    ap.add_argument("--level", nargs="+", default=["full"], help="one level or several, each run on every scenario")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     names = args.names or scenarios.names()
-    leaks = found = top1 = top3 = kinds = benign = alarms = 0
+    totals = {level: corpus(names, level, args.steps, args.verbose) for level in args.level}
+    if len(totals) > 1:
+        print()
+        for level, line in totals.items():
+            print(f"{level:>9}: {line}")
+    return 0
+
+
+def corpus(names, level, steps, verbose) -> str:
+    """Run every scenario at `level`, print one line each and the totals; the totals as one line."""
+    print(f"level {level}:")
+    leaks = found = top1 = top3 = kinds = benign = alarms = detail = total = 0
     for name in names:
-        mod, report, secs = run_scenario(name, args.level, args.steps)
+        mod, report, secs = run_scenario(name, level, steps)
+        full, n = detail_share(report)
+        detail += full
+        total += n
         exp = mod.EXPECTED
         r = rank_of(report, exp["location"])
         tops = "; ".join(f"{s.kind.value}@{s.location}({s.confidence:.2f}{',leak' if s.leak else ''})"
@@ -73,14 +96,16 @@ def main(argv=None) -> int:
             benign += 1
             alarms += report.verdict.value == "leak"
             mark = "ok " if report.verdict.value != "leak" else "FALSE"
-        print(f"{mark:5} {name:38} {report.verdict.value:12} rank={r} {secs:5.1f}s  {tops}")
-        if args.verbose:
+        print(f"{mark:5} {name:38} {report.verdict.value:12} rank={r} {secs:5.1f}s full {full:3}/{n:<3} {tops}",
+              flush=True)
+        if verbose:
             print(report)
+    line = (f"recall {found}/{leaks}; top-1 location {top1}/{leaks}; top-3 location {top3}/{leaks}; "
+            f"kind right {kinds}/{leaks}; false alarms {alarms}/{benign}; full detail on {detail}/{total} steps")
     print()
-    print(f"leak scenarios: {leaks}; recall {found}/{leaks}; top-1 location {top1}/{leaks}; "
-          f"top-3 location {top3}/{leaks}; kind right {kinds}/{leaks}")
-    print(f"benign scenarios: {benign}; false alarms {alarms}/{benign}")
-    return 0
+    print(f"leak scenarios: {leaks}; benign scenarios: {benign}")
+    print(line)
+    return line
 
 
 if __name__ == "__main__":

@@ -9,7 +9,15 @@ Prints, for each size: seconds to write, bytes per step, seconds to load, to ana
 and the peak RSS the load + analysis added (the peak, VmHWM, of a fresh process minus its
 RSS after imports). The goal: <= 5 s load + analyse for 1M steps, <= 200 bytes a step.
 
-The run imitates a CUDA training loop with a slow leak at level "counters":
+    python benchmarks/long_run.py --tracked 1000000   # memleak's own memory over a 1M-step run at auto
+
+With --tracked, a fresh process runs a real Tracker at level "auto" (a small model, one tiny
+forward and backward per step, the run written to a file) for that many steps and prints
+memleak's own memory: the process's RSS and the C heap after the first 10,000 steps and at the
+end, and what the tracker holds in memory (the live check's rows). The goal: RSS grows by less
+than 50 MiB over the run, and nothing memleak holds grows with the steps.
+
+The synthetic run imitates a CUDA training loop with a slow leak at level "counters":
 every allocator counter of `memory_stats`, the driver's free memory, NVML and the
 host counters, with the noise and the 2 MiB / 20 MiB reserve growth of a real one.
 """
@@ -110,6 +118,49 @@ print(json.dumps({"load_s": t1 - t0, "analyze_s": t2 - t1, "cpu_s": c2 - c0, "rs
 """
 
 
+_TRACKED = r"""
+import json, sys, tempfile, time
+import torch
+import memleak
+from memleak.probes.host import heap_counter
+def rss():
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(4, 8)
+steps, heap = int(sys.argv[1]), heap_counter()
+marks = {0: (rss(), heap(), 0, 1)}  # before the tracker starts
+t0 = time.perf_counter()
+with tempfile.TemporaryDirectory() as tmp, memleak.track(model, optimizer=opt, out=tmp, level="auto") as t:
+    for i in range(steps):
+        model(x).sum().backward()
+        opt.step()  # ends the step
+        opt.zero_grad()
+        if i + 1 in (10_000, steps):
+            marks[i + 1] = (rss(), heap(), len(t._live.series["step"]), t._live.stride)
+    spans = t.run().detail_spans()
+full = sum(b - a + 1 for a, b, level, _ in spans if level == "full")
+print(json.dumps({"marks": marks, "seconds": time.perf_counter() - t0, "full_steps": full,
+                  "windows": sum(level == "full" for _, _, level, _ in spans)}))
+"""
+
+
+def tracked(steps: int) -> int:
+    out = subprocess.run([sys.executable, "-c", _TRACKED, str(steps)], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    m = json.loads(out.stdout.strip().splitlines()[-1])
+    (rss_, heap_, _, _), (rss0, heap0, rows0, stride0), (rss1, heap1, rows1, stride1) = (
+        m["marks"][k] for k in sorted(m["marks"], key=int))
+    print(f"{steps:,} steps at auto in {m['seconds']:.0f} s ({m['full_steps']:,} with full detail, in "
+          f"{m['windows']} windows): memleak's own RSS +{(rss0 - rss_) / 2**20:.1f} MiB after 10,000 steps, "
+          f"+{(rss1 - rss_) / 2**20:.1f} MiB at the end (C heap +{(heap1 - heap_) / 2**20:.2f} MiB); "
+          f"live rows {rows0} (stride {stride0}) -> {rows1} (stride {stride1})")
+    return 0
+
+
 def measure(path: Path) -> dict:
     out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -121,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, nargs="+", default=[1_000_000])
     ap.add_argument("--keep", help="write the run file here instead of a temporary folder")
+    ap.add_argument("--tracked", type=int, help="run a real tracker at level auto for this many steps instead")
     args = ap.parse_args(argv)
+    if args.tracked:
+        return tracked(args.tracked)
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.steps:
             path = Path(args.keep or tmp) / f"long-{n}.jsonl"

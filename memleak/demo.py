@@ -11,6 +11,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .schema import DEFAULT_LEVEL
+
 
 class TinyClassifier(nn.Module):
     def __init__(self, width: int = 256, classes: int = 1000):
@@ -43,7 +45,7 @@ def leaky_training(steps: int, device: torch.device, tracker_options: dict):
     return tracker
 
 
-def run_demo(out: str | Path = "memleak-demo", steps: int = 60, device: str | None = None, level: str = "full"):
+def run_demo(out: str | Path = "memleak-demo", steps: int = 60, device: str | None = None, level: str = DEFAULT_LEVEL):
     from .probes import parse_device
 
     dev = parse_device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")

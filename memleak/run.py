@@ -11,7 +11,7 @@ import pandas as pd
 
 from .errors import UsageError
 from .records import BirthsRecord, HoldersRecord, ModulesRecord, SavedRecord
-from .schema import RecordType
+from .schema import DETAIL_EVENT, Level, RecordType
 from .units import ranks_text
 
 # Which column shows memory growth best, in order of preference. On an
@@ -114,6 +114,23 @@ class Run:
     def module_records(self) -> list[ModulesRecord]:
         """Per-module memory deltas, by step."""
         return self._typed(RecordType.MODULES, ModulesRecord.from_dict)
+
+    def detail_spans(self) -> list[tuple[int, int, str, str]]:
+        """Which steps had which level: (first step, last step, level, why) in order. A fixed level
+        is one span; the auto level's `detail` events split its run into counters and full spans."""
+        if not len(self.steps):
+            return []
+        last = int(self.steps["step"].iloc[-1]) if "step" in self.steps else len(self.steps) - 1
+        level = str(self.meta.get("level", "?"))
+        changes = [e for e in self.events if e.get("event") == DETAIL_EVENT and isinstance(e.get("step"), int)]
+        if level != Level.AUTO or not changes:
+            return [(0, last, level, "fixed")]
+        spans: list[tuple[int, int, str, str]] = []
+        for i, e in enumerate(changes):
+            end = changes[i + 1]["step"] - 1 if i + 1 < len(changes) else last
+            if e["step"] <= min(end, last):
+                spans.append((e["step"], min(end, last), str(e.get("level")), str(e.get("reason", ""))))
+        return spans
 
     def memory_column(self) -> str | None:
         """The column that tracks live memory best in this run, or None."""

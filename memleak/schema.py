@@ -73,15 +73,33 @@ class Verdict(StrEnum):
 
 
 class Level(StrEnum):
-    """How much a tracker records. Each level adds to the one before (see README: Levels)."""
+    """How much a tracker records (see README: Levels). counters, modules and full each add to
+    the one before; auto records counters every step and full detail in windows."""
 
     COUNTERS = "counters"
+    AUTO = "auto"
     MODULES = "modules"
     FULL = "full"
 
 
 #: Every level, cheapest first: the choices a user may pass as `level=`.
 LEVELS = tuple(level.value for level in Level)
+#: The level of `track`, `watch`, `memleak run`, the pytest plugin and the callbacks.
+DEFAULT_LEVEL = Level.AUTO.value
+
+#: The event the auto level writes each time it turns full detail on or off: ``{"event":
+#: "detail", "step": the first step at the new level, "level": "full" | "counters", "reason"}``
+#: (docs/run-format.md); `Run.detail_spans` reads them back.
+DETAIL_EVENT = "detail"
+
+
+class DetailReason(StrEnum):
+    """Why the auto level turned full detail on (or, for WINDOW_END, off)."""
+
+    START = "start"  # the first steps of every run, recorded as at level full
+    GROWTH = "growth"  # the growth screen saw memory start to rise
+    SAMPLE = "sample"  # a sampled window, paid for by the auto level's time budget
+    WINDOW_END = "window_end"  # the window took its samples: back to counters
 
 
 class Boundary(StrEnum):

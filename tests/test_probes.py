@@ -54,6 +54,16 @@ def test_census_probe_runs_on_its_time_budget():
     assert values[:100].count(None) == 100
 
 
+def test_census_probe_is_off_between_the_auto_windows():
+    from memleak.probes.census import CensusProbe
+    probe = CensusProbe()
+    probe.start(ProbeContext(device=torch.device("cpu"), level="auto", options={"census_budget": 1.0}))
+    probe.set_detail(0, False)
+    assert all(probe.sample(i, 10.0)["tensor_bytes"] is None for i in range(5))
+    probe.set_detail(5, True)
+    assert probe.sample(5, 10.0)["tensor_bytes"] is not None  # ten seconds of steps pay for a census
+
+
 def test_cpu_probes_say_why_they_do_not_apply():
     with pytest.raises(Unavailable, match="CPU"):
         AllocatorProbe().start(CPU)

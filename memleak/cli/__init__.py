@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import MemleakError, UsageError
-from ..schema import LEVELS
+from ..schema import DEFAULT_LEVEL, LEVELS
 from .args import positive_int
 
 # Subcommands whose code lives beside what they drive: module -> (name, help)
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="memleak-demo", help="folder for the run and the report (default: %(default)s)")
     p.add_argument("--steps", type=positive_int, default=60, help="iterations to run (default: %(default)s)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when present)")
-    p.add_argument("--level", default="full", choices=LEVELS)
+    p.add_argument("--level", default=DEFAULT_LEVEL, choices=LEVELS)
     p.set_defaults(func=_demo)
 
     p = sub.add_parser("report", help="analyse a run file, a run folder or a PyTorch memory snapshot pickle")

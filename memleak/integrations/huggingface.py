@@ -19,6 +19,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from ..schema import DEFAULT_LEVEL
 from ._fit import FitCallbackMixin, FitSession
 from ._optional import require
 
@@ -33,7 +34,7 @@ class MemleakCallback(FitCallbackMixin, transformers.TrainerCallback):  # type: 
     With gradient accumulation, the steps that only accumulate belong to the
     iteration that the next optimizer step ends. Parameters are those of
     `memleak.track`: ``out`` (folder for the run file and the report; default
-    ``<args.output_dir>/memleak``), ``level`` ("counters", "modules" or "full")
+    ``<args.output_dir>/memleak``), ``level`` ("auto", the default, "counters", "modules" or "full")
     and any other `memleak.track` option (``budget=``, ``on_leak=``, ...).
     ``print_report`` prints the report when training ends. With several
     processes each writes its own run file; the main process writes the report.
@@ -44,7 +45,7 @@ class MemleakCallback(FitCallbackMixin, transformers.TrainerCallback):  # type: 
     def __init__(
         self,
         out: str | os.PathLike | None = None,
-        level: str = "full",
+        level: str = DEFAULT_LEVEL,
         print_report: bool = True,
         **tracker_options: Any,
     ):

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..schema import DEFAULT_LEVEL
 from ._fit import FitCallbackMixin, FitSession
 from ._optional import MissingDependencyError, require
 
@@ -41,7 +42,7 @@ class MemleakCallback(FitCallbackMixin, pl.Callback):  # type: ignore[name-defin
 
     Parameters are those of `memleak.track`: ``out`` (folder for the run file
     and the report; default ``<trainer.default_root_dir>/memleak``), ``level``
-    ("counters", "modules" or "full"), and any other `memleak.track` option
+    ("auto", the default, "counters", "modules" or "full"), and any other `memleak.track` option
     (``budget=``, ``on_leak=``, ``record_history=``, ...). ``print_report``
     prints the report when the fit ends. With several processes each rank
     writes its own run file; rank 0 writes and prints the report.
@@ -52,7 +53,7 @@ class MemleakCallback(FitCallbackMixin, pl.Callback):  # type: ignore[name-defin
     def __init__(
         self,
         out: str | os.PathLike | None = None,
-        level: str = "full",
+        level: str = DEFAULT_LEVEL,
         print_report: bool = True,
         **tracker_options: Any,
     ):

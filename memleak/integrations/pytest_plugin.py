@@ -88,6 +88,7 @@ class MemleakCheck:
         warmup: int | None = None,
     ):
         import memleak
+        from memleak.schema import DEFAULT_LEVEL
         from memleak.units import fmt_bytes, parse_bytes
 
         if not callable(step):
@@ -107,7 +108,7 @@ class MemleakCheck:
         for _ in range(int(opts.get("warmup") or 0)):
             step()
         tracker = memleak.track(
-            model, optimizer=optimizer, level=opts.get("level") or "full", device=opts.get("device"), out=out
+            model, optimizer=optimizer, level=opts.get("level") or DEFAULT_LEVEL, device=opts.get("device"), out=out
         )
         with tracker:
             for _ in range(n):
@@ -180,7 +181,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "memleak(steps=30, max_growth='1 MiB/step', level='full', device=None, warmup=0): "
+        "memleak(steps=30, max_growth='1 MiB/step', level='auto', device=None, warmup=0): "
         "defaults for the memleak_check fixture, which fails the test when its step leaks memory",
     )
 

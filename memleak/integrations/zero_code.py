@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemleakError, UsageError
-from ..schema import LEVELS
+from ..schema import DEFAULT_LEVEL, LEVELS
 
 if TYPE_CHECKING:
     from ..recorder import Tracker
@@ -58,7 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", default=DEFAULT_OUT, help="folder for the run and the report (default: %(default)s)")
     parser.add_argument(
-        "--level", default="full", choices=LEVELS, help="what to record (default: %(default)s); see memleak.track"
+        "--level",
+        default=DEFAULT_LEVEL,
+        choices=LEVELS,
+        help="what to record (default: %(default)s); see memleak.track",
     )
     parser.add_argument("--device", default=None, help="device whose memory to watch (default: the model's)")
     parser.add_argument(
@@ -77,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class ZeroCodeSession:
     """The global hooks of one `memleak run`: finds the model and the iterations, owns the Tracker."""
 
-    def __init__(self, out: str | os.PathLike | None, level: str = "full", **tracker_options: Any):
+    def __init__(self, out: str | os.PathLike | None, level: str = DEFAULT_LEVEL, **tracker_options: Any):
         self.out = out
         self.level = level
         self.tracker_options = tracker_options

@@ -48,6 +48,14 @@ class Probe:
         """Values for the step record of the step that just ended."""
         return {}
 
+    def set_detail(self, step: int, on: bool) -> None:
+        """The auto level's windows: from `step` on, sample densely (`on`), or not at all, keeping
+        what was learned (tags, weak references) for the next window. The fixed levels never call
+        it; the counters probes, which read every step, ignore it."""
+
+    def finish(self, step: int) -> None:
+        """The run ended; `step` was its last step (called once, before stop)."""
+
     def stop(self) -> None:
         """Undo everything start did. Must be safe to call twice."""
 
@@ -97,11 +105,11 @@ def probes_for_level(level: str) -> list[Probe]:
 
     probes: list[Probe] = [AllocatorProbe(), NvmlProbe(), HostProbe(), PinnedProbe(), WorkerProbe(), RuntimeProbe()]
     probes.append(ScalerProbe())
-    if level in (Level.MODULES, Level.FULL):
+    if level in (Level.MODULES, Level.FULL, Level.AUTO):
         from .modules import ModuleProbe
 
         probes.append(ModuleProbe())
-    if level == Level.FULL:
+    if level in (Level.FULL, Level.AUTO):  # auto: the tracker turns their detail on in windows
         from .tensors import TensorProbe
 
         probes.extend([CensusProbe(), TensorProbe()])

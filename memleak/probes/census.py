@@ -1,9 +1,10 @@
 """A device-agnostic live-tensor census: bytes and count of live tensor storages per device.
 
-It walks every object the garbage collector tracks (tens of milliseconds in a
-process with torch loaded), so it runs on a time budget: a census is taken
+It walks every object the garbage collector tracks (a tenth of a second or more
+in a process with torch loaded), so it runs on a time budget: a census is taken
 only when the step time since the last one pays for it at `budget` (5 % by
-default), and always on the first step. Steps without one have NaN.
+default), and always on the first step. At level auto it runs only while full
+detail is on (the young steps, the windows). Steps without one have NaN.
 """
 
 from __future__ import annotations
@@ -74,11 +75,19 @@ class CensusProbe(Probe):
     def start(self, ctx: ProbeContext) -> dict[str, Any]:
         self.device = str(ctx.device)
         self.budget = float(ctx.options.get("census_budget", 0.05))
-        self.credit = float("inf")  # seconds of step time not yet paid for: the first step always gets one
+        # seconds of step time not yet paid for: the first step always gets one (a start-up cost:
+        # the survivor checks of short runs lean on it; level auto's young steps run as full does)
+        self.credit = float("inf")
         self.last_cost = 0.0
+        self.window: bool | None = None  # the auto level's window: None at a fixed level
         return {"census_budget": self.budget}
 
+    def set_detail(self, step: int, on: bool) -> None:
+        self.window = on
+
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        if self.window is False:  # the auto level between windows: no census, no credit
+            return {"tensor_bytes": None, "tensor_count": None}
         self.credit += step_seconds * self.budget
         if self.credit < self.last_cost:
             return {"tensor_bytes": None, "tensor_count": None}

@@ -1,10 +1,12 @@
 """Per-module memory attribution and module-attribute scans.
 
-Forward pre/post hooks on every submodule read a cheap memory counter
-(``torch.cuda.memory_allocated`` on CUDA, the glibc heap counter on CPU, about
-2 microseconds) and add each forward's delta to its module: the activation
-memory that forward leaves allocated. On sampled ("detail") steps the probe
-also
+On sampled ("detail") steps, forward pre/post hooks on every submodule read a
+memory counter (``torch.cuda.memory_allocated`` on CUDA, about 2 microseconds; the
+glibc heap counter on CPU, 3 to 30 microseconds as the heap fragments) and add
+each forward's delta to its module: the activation memory that forward leaves
+allocated. The hooks are installed for the detail step only: a forward repeats
+itself, so one step measures it, and the steps between cost nothing. On detail
+steps the probe also
 
 - keeps weak references to each module's outputs, to count the bytes each
   module's forward leaves alive at step end, and those still alive two or
@@ -20,11 +22,13 @@ walk the TensorProbe uses at level "full", and emits the same ``holders`` record
 
 Record ``modules`` (`memleak.records.ModulesRecord`; one per detail step, aggregating the steps since the last):
 ``{"step", "steps", "counter", "categories": {...}, "modules": [[path, calls, fwd_bytes, bwd_bytes, left_bytes]],
-"alive": [[path, born, count, bytes]]}``: fwd/bwd bytes are per step, summed over calls.
+"alive": [[path, born, count, bytes]]}``: fwd/bwd bytes are per step, summed over calls (``steps`` is 1:
+the detail step measured).
 """
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections import defaultdict
@@ -45,6 +49,8 @@ MAX_COHORTS = 8
 # Detail steps (outputs, backward hooks, categories, the attribute scan) come every MIN_GAP..MAX_GAP steps.
 MIN_GAP = 8
 MAX_GAP = 12
+# In the auto level's windows, every other step is a detail step (outputs two steps old are compared).
+WINDOW_GAP = 2
 
 
 def memory_counter(device: torch.device) -> tuple[Callable[[], int] | None, str]:
@@ -108,19 +114,13 @@ class ModuleProbe(Probe):
         self.detail = False
         self.detail_step: int | None = None
         self.outputs: list[tuple[Any, int, int, int]] = []  # (weakref, module index, step, bytes)
-        self.steps_since = 0
-        self.next_detail = 1
+        self.next_detail: float = 1
+        self.window: bool | None = None  # the auto level's window: None at a fixed level
         self.budget = float(ctx.options.get("modules_budget", 0.03))
         self.scan = ctx.level == "modules"
         self.ages = Ages()
-        pre, post = self._pre, self._post
         self.hooked = not is_compiled(model)  # Python hooks in a compiled forward break its graphs
-        if self.hooked:
-            # Global hooks, filtered by module identity: nothing is attached to the user's modules,
-            # so torch.save(model), pickle and copy.deepcopy see them as they were.
-            self.handles.append(module_hooks.register_module_forward_pre_hook(pre))
-            self.handles.append(module_hooks.register_module_forward_hook(post))
-        else:
+        if not self.hooked:
             # Hooks would run inside the compiled graph (extra frames, a torch warning about global
             # hooks): the model is seen from outside it, at step boundaries, by its original tree.
             why = (
@@ -150,11 +150,10 @@ class ModuleProbe(Probe):
         i = self.index.get(id(module))
         if i is None:
             return
-        if not self.stack:  # started inside this call (memleak run may start at a call of the model)
+        if not self.stack:  # a forward that began before the hooks went in: not measured
             return
-        start = self.stack.pop()
         self.calls[i] += 1
-        self.fwd[i] += self.count() - start
+        self.fwd[i] += self.count() - self.stack.pop()
         if self.detail:
             try:
                 for t in _tensors(output):
@@ -188,13 +187,22 @@ class ModuleProbe(Probe):
         if step >= self.next_detail:
             self.detail = True
             self.detail_step = step
+            if self.hooked and not self.handles:
+                # Global hooks, filtered by module identity: nothing is attached to the user's modules,
+                # so torch.save(model), pickle and copy.deepcopy see them as they were.
+                self.handles.append(module_hooks.register_module_forward_pre_hook(self._pre))
+                self.handles.append(module_hooks.register_module_forward_hook(self._post))
+
+    def set_detail(self, step: int, on: bool) -> None:
+        self.window = on
+        self.next_detail = step if on else math.inf
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
-        self.steps_since += 1
         if not self.detail:
             return {}
         t0 = time.perf_counter()
         self.detail = False
+        self._remove_hooks()
         for h in self.node_handles:
             try:
                 h.remove()
@@ -206,13 +214,18 @@ class ModuleProbe(Probe):
             self._emit(step)
         cost = time.perf_counter() - t0
         gap = max(MIN_GAP, int(cost / max(step_seconds * self.budget, 1e-9)) + 1)
-        self.next_detail = step + min(gap, MAX_GAP)
+        self.next_detail = step + (WINDOW_GAP if self.window else min(gap, MAX_GAP))
         return {}
+
+    def _remove_hooks(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
 
     def _emit(self, step: int) -> None:
         model = self.ctx.model_ref()
         opt = self.ctx.optimizer_ref()
-        n = max(self.steps_since, 1)
+        n = 1  # the hooks measured the detail step only
         left, alive = self._outputs_alive(step)
         rows = [
             ModuleRow(path, self.calls[i], int(self.fwd[i] / n), int(self.bwd[i]), int(left.get(i, 0)))
@@ -230,7 +243,6 @@ class ModuleProbe(Probe):
         self.calls = [0] * len(self.paths)
         self.fwd = [0] * len(self.paths)
         self.bwd = [0] * len(self.paths)
-        self.steps_since = 0
         if self.scan and model is not None:
             self._scan_attributes(step, model, opt)
 
@@ -306,9 +318,8 @@ class ModuleProbe(Probe):
         return cats
 
     def stop(self) -> None:
-        for h in getattr(self, "handles", []):
-            h.remove()
-        self.handles = []
+        if hasattr(self, "handles"):
+            self._remove_hooks()
         for h in getattr(self, "node_handles", []):
             try:
                 h.remove()

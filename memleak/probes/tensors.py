@@ -54,6 +54,9 @@ MAX_COHORTS = 12
 MAX_REFERRER_LOOKUPS = 3
 # Deep steps come at least this often, whatever they cost (a leak needs a few samples to show).
 MAX_GAP = 6
+# In the auto level's windows, every other step is deep (the densest the survivor check allows:
+# a tensor counts as surviving once it is two steps old).
+WINDOW_GAP = 2
 
 
 class _NoMode:
@@ -77,9 +80,11 @@ class TensorProbe(Probe):
         self.plain: float | None = None
         self.prev_roots: dict = {}  # per holder, where its graphs started at the last deep step
         self.last_cost = 0.0
-        self.next_deep = 1
+        self.next_deep: float = 1
+        self.window: bool | None = None  # the auto level's window: None at a fixed level
         self.referrer_lookups = 0
         self.named_sites: dict[str, str] = {}
+        self.site_holders: dict[str, str] = {}  # site -> the holder a walk last named for its survivors
         # Under torch.compile a mode or saved-tensor hook would break graphs or force recompiles:
         # only the reference walk runs then.
         self.tagging = not is_compiled(ctx.model_ref())
@@ -147,6 +152,20 @@ class TensorProbe(Probe):
                 return
             self._mode = Tagging(self)
 
+    def set_detail(self, step: int, on: bool) -> None:
+        self.window = on
+        self.next_deep = max(step, 1) if on else math.inf  # step 0 runs first-use set-up: not a sample
+
+    def finish(self, step: int) -> None:
+        """Level auto: one last survivor check when the run ends, if no window ended it: what was
+        seen surviving is looked at once more (a bounded buffer has let it go by then, a leak still
+        holds it). The loop's frames may be gone by now, so no holders record is written, and a site
+        whose survivors no root reaches keeps the holder the walks in the loop named."""
+        if self.window is None or self._mode is not None or (self._deep_step or 0) >= step - 1:
+            return
+        with torch._C.DisableTorchFunction():
+            self._deep_sample(step, final=True)
+
     def _give_up(self, why: str) -> None:
         if self.tagging:
             self.tagging = False
@@ -177,10 +196,10 @@ class TensorProbe(Probe):
             cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0 - self.lookup_seconds
             self.last_cost = cost
             gap = max(2, math.ceil(cost / max(plain * self.budget, 1e-9)))
-            self.next_deep = step + min(gap, MAX_GAP)
+            self.next_deep = step + (WINDOW_GAP if self.window else min(gap, MAX_GAP))
         return {"deep_seconds": round(time.perf_counter() - t0, 6)}
 
-    def _deep_sample(self, step: int) -> None:
+    def _deep_sample(self, step: int, final: bool = False) -> None:
         model = self.ctx.model_ref()
         opt = self.ctx.optimizer_ref()
         exclude, ptrs = excluded_ids(model, opt)
@@ -200,14 +219,23 @@ class TensorProbe(Probe):
         )
         del frames
         walk_seconds = time.perf_counter() - t0
+        self.ages.prune()
+        if final:
+            self._check_births(step, exclude, ptrs, walk.tensor_holder, {**self.site_holders, **self.named_sites})
+            self._check_saved(step, ptrs)
+            return
         self.prev_roots = walk.roots
         self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds).to_dict())
-        self.ages.prune()
-        self._check_births(step, exclude, ptrs, walk.tensor_holder)
+        self._check_births(step, exclude, ptrs, walk.tensor_holder, self.named_sites)
         self._check_saved(step, ptrs)
 
-    def _check_births(self, step: int, exclude: set[int], ptrs: set[int], tensor_holder: dict[int, str]) -> None:
-        found = group_births(self.births, step, exclude, ptrs, tensor_holder, self.named_sites)
+    def _check_births(
+        self, step: int, exclude: set[int], ptrs: set[int], tensor_holder: dict[int, str], named: dict[str, str]
+    ) -> None:
+        found = group_births(self.births, step, exclude, ptrs, tensor_holder, named)
+        for _, site, holder in found.groups:
+            if holder:
+                self.site_holders[site] = holder
         for i in found.dead:
             del self.births[i]
         # name what the root walk did not reach, for sites that survive from two deep steps or more

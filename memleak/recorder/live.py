@@ -4,6 +4,7 @@ against a garbage collection before the one warning."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from array import array
@@ -28,6 +29,10 @@ _LIVE_CHECK_BUDGET = 0.005
 _LIVE_EXTRA_CHECKS = 3
 # The columns kept in memory for that check (the full records go to the sink).
 NAN = float("nan")
+# Rows kept of them: past this, every other row is dropped and from then on only every other
+# kept step is added, so memory stays bounded however long the run (72 bytes a row; the growth
+# detector bins a long series to 1000 points anyway).
+LIVE_ROWS = 4096
 LIVE_COLUMNS = (
     "step",
     "time",
@@ -67,6 +72,7 @@ class LiveCheck:
         # whether another tracker running alongside already warned of a leak (nested trackers, running.py)
         self.warned_elsewhere = warned_elsewhere
         self.series = {col: array("d") for col in LIVE_COLUMNS}  # 8 bytes a value, NaN when absent
+        self.stride = 1  # one row kept every `stride` steps (doubles each time the rows are halved)
         self.next_at: float = _FIRST_LIVE_CHECK
         self.seconds = 0.0  # spent in checks so far
         self.extra = 0  # checks run beyond the time budget
@@ -76,6 +82,19 @@ class LiveCheck:
         # heap bytes the check's own collections freed: garbage the run would have kept longer,
         # so a drop memleak caused; the tracker takes it off the host series like its own bytes
         self.freed = 0.0
+
+    def append(self, step: int, values: dict[str, Any]) -> None:
+        """Keep the live columns of step `step` (every `stride`-th step), halving the rows at LIVE_ROWS."""
+        if step % self.stride:
+            return
+        for col, vals in self.series.items():
+            v = values.get(col)
+            vals.append(NAN if v is None else v)
+        if len(self.series["step"]) >= LIVE_ROWS:
+            self.series = {col: vals[::2] for col, vals in self.series.items()}  # steps 0, 2s, 4s, ...
+            self.stride *= 2
+            if self.pending is not None:  # the rows it counted, after the halving
+                self.pending = dataclasses.replace(self.pending, rows=(self.pending.rows + 1) // 2)
 
     def due(self, step: int, elapsed: float) -> bool:
         """Within the time budget; or beyond it, a few times a run, to confirm or clear growth an

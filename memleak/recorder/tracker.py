@@ -18,11 +18,13 @@ import torch
 from ..errors import UsageError
 from ..io import RecordSink, RunWriter, run_from_records
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
-from ..schema import LEVELS, Boundary
+from ..schema import DEFAULT_LEVEL, DETAIL_EVENT, Boundary, DetailReason, Level
 from . import running
 from .boundaries import Boundaries
+from .escalation import AutoLevel
 from .incidents import dump_history, oom_counters
-from .live import NAN, LiveCheck
+from .live import LiveCheck
+from .options import checked_options
 from .runinfo import base_meta, run_file_path
 
 if TYPE_CHECKING:
@@ -31,27 +33,6 @@ if TYPE_CHECKING:
     from ..run import Run
 
 log = logging.getLogger("memleak")
-
-
-def _checked_options(
-    model: Any, optimizer: Any, level: str, budgets: dict[str, float], record_history: bool | int, out: Any
-) -> list:
-    """The optimizers as a list, once every option is one the Tracker can run with (else
-    UsageError, before anything is installed)."""
-    if level not in LEVELS:
-        raise UsageError(f"level must be one of {', '.join(map(repr, LEVELS))}, not {level!r}")
-    if model is not None and not isinstance(model, torch.nn.Module):
-        raise UsageError(f"model must be a torch.nn.Module (or None), not {type(model).__name__}")
-    optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else ([optimizer] if optimizer else [])
-    for opt in optimizers:
-        if not isinstance(opt, torch.optim.Optimizer):
-            raise UsageError(f"optimizer must be a torch.optim.Optimizer, not {type(opt).__name__}")
-    for name, share in budgets.items():
-        if not 0 < share <= 1:
-            raise UsageError(f"{name} is a share of step time in (0, 1], not {share!r}")
-    if record_history and out is None:
-        raise UsageError("record_history needs out=: the snapshot is written next to the run file")
-    return optimizers
 
 
 class Tracker:
@@ -63,7 +44,7 @@ class Tracker:
         *,
         optimizer: Any = None,
         out: str | os.PathLike | None = None,
-        level: str = "full",
+        level: str = DEFAULT_LEVEL,
         device: Any = None,
         budget: int | float | str | None = None,
         record_history: bool | int = False,
@@ -73,7 +54,7 @@ class Tracker:
         overwrite: bool = False,
     ):
         budgets = {"census_budget": census_budget, "workers_budget": workers_budget}
-        optimizers = _checked_options(model, optimizer, level, budgets, record_history, out)
+        optimizers = checked_options(model, optimizer, level, budgets, record_history, out)
         from ..units import parse_bytes
 
         self.level = level
@@ -95,6 +76,7 @@ class Tracker:
         self._boundaries = Boundaries(self._mark)  # what ends an iteration (boundaries.py)
         self._step = 0
         self._live = LiveCheck(functools.partial(running.warned_elsewhere, weakref.ref(self)))
+        self._auto = AutoLevel() if level == Level.AUTO else None  # when level auto turns full detail on
         # steps may end in several threads at once: one at a time, numbered in order (reentrant, for
         # an on_leak that calls step() or close())
         self._lock = threading.RLock()
@@ -167,6 +149,8 @@ class Tracker:
 
         self._heap = heap_counter()
         self._t0 = self._t_step = time.perf_counter()
+        if self._auto is not None:
+            self._set_detail(0, *self._auto.begin())
         self._begin(0)
 
     def _start_probes(self, meta: dict[str, Any]) -> list[tuple[str, str]]:
@@ -233,7 +217,10 @@ class Tracker:
             self._hooks.clear()
             for probe in self._probes:
                 try:
-                    probe.stop()
+                    try:
+                        probe.finish(self._step - 1)
+                    finally:
+                        probe.stop()
                 except Exception as e:  # one probe failing to stop must not keep the others' hooks in
                     log.warning("memleak: %s probe failed to stop: %s", probe.name, e)
             if self.record_history:
@@ -305,19 +292,22 @@ class Tracker:
                 values.update(probe.sample(step, seconds))
             except Exception as e:  # a probe bug must not break the user's training loop
                 self._turn_off(probe, e)
+        sampled = time.perf_counter() - now
         heap = self._heap
         if heap is not None:
             values["memleak_bytes"] = self._own_bytes
             heap0 = heap()
         self._started_sink().step(values)
         live = self._live
-        for col, vals in live.series.items():
-            v = values.get(col)
-            vals.append(NAN if v is None else v)
+        live.append(step, values)
         if heap is not None:
             # what this bookkeeping kept on the heap (the live columns, in-memory records) is
             # memleak's own memory, taken off the host series before they are judged
             self._own_bytes += heap() - heap0
+        if self._auto is not None:
+            change = self._auto.after(step, seconds + sampled, now - self._t0, live.series)
+            if change is not None:
+                self._set_detail(step + 1, *change)
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
             live.run(step, self.meta, self._started_sink(), self._read_now, self._on_leak_confirmed)
@@ -325,6 +315,19 @@ class Tracker:
             live.freed = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
             self._begin(step)
+
+    def _set_detail(self, step: int, on: bool | None, why: DetailReason) -> None:
+        """Level auto: the sampled probes' detail on or off from `step` (None: on level full's own
+        schedule, as they started), said in the run."""
+        for probe in list(self._probes):
+            if on is None:  # as they started: nothing to change
+                break
+            try:
+                probe.set_detail(step, on)
+            except Exception as e:  # a probe bug must not break the user's training loop
+                self._turn_off(probe, e)
+        level = Level.COUNTERS if on is False else Level.FULL
+        self._started_sink().event(DETAIL_EVENT, step=step, level=level.value, reason=why.value)
 
     def _turn_off(self, probe: Probe, error: Exception) -> None:
         """A probe that failed: stopped and dropped, and said in the log and the run."""

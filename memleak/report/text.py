@@ -51,6 +51,23 @@ def headline(report) -> str:
     return f"INCONCLUSIVE: {'; '.join(g.evidence[:1]) or 'too few steps to decide'}"
 
 
+#: Windows of full detail named one by one in the report (the rest are counted).
+SHOWN_WINDOWS = 6
+
+
+def detail_text(spans: list[tuple[int, int, str, str]]) -> str:
+    """Which steps of an auto run had full detail, and why; the others had counters."""
+    full = [(a, b, why) for a, b, level, why in spans if level == "full"]
+    if not full:
+        return "counters on every step (no window of full detail)"
+    n = spans[-1][1] + 1
+    shown = ", ".join(f"{a}-{b} ({why})" for a, b, why in full[:SHOWN_WINDOWS])
+    if len(full) > SHOWN_WINDOWS:
+        shown += f" and {len(full) - SHOWN_WINDOWS} more windows"
+    detail = sum(b - a + 1 for a, b, _ in full)
+    return f"full detail on steps {shown}: {detail} of {n} steps; counters on the others"
+
+
 def _table(suspects) -> list[str]:
     rows = [("#", "kind", "location", "per step", "total", "conf")]
     for i, s in enumerate(suspects, 1):
@@ -132,6 +149,8 @@ def render(report) -> str:
         boundary = boundary_words(run)
         if boundary:
             lines += _wrap(boundary, "  ")
+        if meta.get("level") == "auto" and hasattr(run, "detail_spans"):
+            lines += _wrap(detail_text(run.detail_spans()), "  ")
     if getattr(run, "truncated", False):
         lines.append(
             "  note: the run file was cut short (the process was killed); every whole step before that was read"

@@ -1,0 +1,188 @@
+"""The auto level: full detail while the run is young, then the counters every step and full
+detail in windows.
+
+Young runs (`YOUNG_STEPS`): the first steps run exactly as level full does (each sampled probe
+on its own time budget, the census on the first step), so a short run (a test, a script, a job
+that fails early) gets the same evidence, and the same verdict, as at full. It is a start-up
+cost: at 2 000 steps it is about a sixtieth of the run, at 200 steps a sixth.
+
+After that, a window turns the sampled probes on (module hooks, creation-site tagging,
+saved-tensor tracking, the reference walk; `Probe.set_detail`), each at its densest, a detail
+step every other step, for `WINDOW_STEPS` steps: five samples over ten steps, what the culprit
+detectors need to name a holder (three samples of a rising count, `detect/sampled_trend.py`;
+survivors from three sampled steps, `detect/survivors.py`). Between windows those probes are
+off but keep what they learned, so a tensor tagged in one window and still alive in the next
+is seen surviving; when the run ends, the tensor probe walks once more (`Probe.finish`), so
+what survived early is looked at again at the end.
+
+Windows open
+
+- when the growth screen sees memory start to rise (`growth`): Kendall's tau of the last
+  `SCREEN_ROWS` values of the device, heap and census series since the last window ended is
+  clearly positive (rows of a window are left out: what the probes keep while they sample is
+  memleak's own memory, and must not open the next window). These
+  windows are not budgeted, since a leak is what memleak is for, but each waits until the run
+  is `GROWTH_SPACING` times as long as when the last one opened, so a run that keeps growing
+  gets a few windows, spread over its length, not full detail throughout;
+- on a time budget (`sample`): a window opens when the windows' detail so far, with one more
+  window, costs at most `SAMPLE_BUDGET` of the run's time, and `SAMPLE_GAP` steps have passed
+  since the last window: slow growth the screen misses is still sampled, and a bounded cache is
+  seen again after it filled.
+
+What detail costs is measured: the time of a detail step, memleak's sampling included, less the
+time of a plain (counters) step, and never less than `DETAIL_FLOOR` of a plain step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ..schema import DetailReason
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: Steps a window lasts...
+WINDOW_STEPS = 10
+#: The first steps run as level full does (a start-up cost every run pays).
+YOUNG_STEPS = 32
+#: Each detail step is taken to cost at least this share of a plain step, whatever was measured
+#: (on a loaded machine the measure is mostly noise, and noise must not make windows free).
+DETAIL_FLOOR = 0.3
+#: Sampled windows: all detail may cost this share of the run's time...
+SAMPLE_BUDGET = 0.01
+#: ...and one comes at most every SAMPLE_GAP steps (a cost measured near zero is noise, not free).
+SAMPLE_GAP = 100
+#: A growth window waits until the run is this many times as long as when the last one opened.
+GROWTH_SPACING = 2.0
+#: The growth screen: Kendall's tau over the last SCREEN_ROWS values (at least SCREEN_MIN_ROWS)...
+SCREEN_ROWS = 64
+SCREEN_MIN_ROWS = 8
+#: ...at least this many of its standard deviations under no trend, and at least SCREEN_MIN_TAU;
+#: the series rose from one step to the next on at least this share of the steps (a leak adds
+#: to memory every step, while a process's heap also creeps up in a few rare steps), and by
+#: SCREEN_NOISE times the median size of a step's change at least (not jitter that drifts).
+SCREEN_SIGMAS = 2.5
+SCREEN_MIN_TAU = 0.3
+SCREEN_MIN_RISING = 0.5
+SCREEN_NOISE = 4.0
+#: The screen runs every few steps, within this share of the step time.
+SCREEN_EVERY = 4
+SCREEN_BUDGET = 0.002
+#: The series the screen watches (host RSS creeps while a process warms up: it is no sign).
+SCREEN_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes")
+OWN_COLUMN = "memleak_bytes"
+
+
+def rising(y: np.ndarray) -> bool:
+    """Whether `y` (NaN where not read) trends up: it rose on most steps, and Kendall's tau is
+    clearly above what noise gives."""
+    import numpy as np
+
+    y = y[np.isfinite(y)]
+    n = len(y)
+    if n < SCREEN_MIN_ROWS:
+        return False
+    d = np.diff(y)
+    if (d > 0).mean() < SCREEN_MIN_RISING or y[-1] - y[0] <= SCREEN_NOISE * float(np.median(np.abs(d))):
+        return False
+    upper = np.triu_indices(n, 1)
+    tau = float(np.sign(y[None, :] - y[:, None])[upper].mean())
+    sigma = math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))  # tau's spread when there is no trend
+    return tau >= max(SCREEN_MIN_TAU, SCREEN_SIGMAS * sigma)
+
+
+def screen(series: Mapping[str, array], since: int = 0) -> bool:
+    """Whether any watched memory series rises over its last SCREEN_ROWS values from step
+    `since` on (the host heap less memleak's own bytes)."""
+    import numpy as np
+
+    steps = np.frombuffer(series["step"], dtype=np.float64)
+    first = max(int(np.searchsorted(steps, since)), len(steps) - SCREEN_ROWS)
+    if len(steps) - first < SCREEN_MIN_ROWS:
+        return False
+    own = series.get(OWN_COLUMN)
+    for col in SCREEN_COLUMNS:
+        vals = series.get(col)
+        if vals is None or len(vals) != len(steps):
+            continue
+        y = np.frombuffer(vals, dtype=np.float64)[first:]
+        if col == "heap_bytes" and own is not None and len(own) == len(steps):
+            mine = np.frombuffer(own, dtype=np.float64)[first:]
+            y = y - np.where(np.isfinite(mine), mine, 0.0)
+        if rising(y):
+            return True
+    return False
+
+
+class AutoLevel:
+    """When one run at level auto records full detail. The tracker calls `begin` before step 0
+    and `after` at the end of each step; each returns (on, why) when detail changes from the
+    next step on, else None."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.until = 0  # the window covers the steps before this one (and the last one ended there)
+        self.windows = 0
+        self.growth_at = 0  # the step the last growth window opened at (0: none yet)
+        self.detail_seconds = 0.0  # time of the detail steps (step 0 aside: first-use set-up)
+        self.detail_steps = 0
+        self.plain: float | None = None  # a counters step's time (moving average)
+        self.next_screen = SCREEN_MIN_ROWS
+        self.screen_seconds = 0.0
+        self.young = False  # the first steps, run as at level full (their cost is not the windows')
+
+    def begin(self) -> tuple[bool | None, DetailReason]:
+        """The young run's detail: None, each probe on level full's own schedule."""
+        self.on = True
+        self.young = True
+        self.until = YOUNG_STEPS
+        return None, DetailReason.START
+
+    def spent(self) -> float:
+        """Seconds detail has cost so far (a plain step's time taken off each detail step's)."""
+        plain = self.detail_steps * (self.plain or 0.0)
+        return max(self.detail_seconds - plain, DETAIL_FLOOR * plain)
+
+    def after(
+        self, step: int, seconds: float, elapsed: float, series: Mapping[str, array]
+    ) -> tuple[bool | None, DetailReason] | None:
+        """`step` ended and took `seconds` (memleak's sampling included), `elapsed` seconds into the
+        run; `series` are the live check's columns. A change of detail from the next step, or None."""
+        nxt = step + 1
+        if self.on:
+            if not self.young:
+                self.detail_seconds += seconds
+                self.detail_steps += 1
+            if nxt < self.until:
+                return None
+            self.on = self.young = False
+            return False, DetailReason.WINDOW_END
+        self.plain = seconds if self.plain is None else 0.9 * self.plain + 0.1 * seconds
+        if nxt >= self.next_screen and nxt >= self.growth_at * GROWTH_SPACING:
+            if self._screen(nxt, series):
+                self.growth_at = nxt
+                return self._open(nxt, DetailReason.GROWTH)
+        per_window = self.spent() / max(self.windows, 1)  # the young steps are not a window
+        if nxt >= self.until + SAMPLE_GAP and self.spent() + per_window <= SAMPLE_BUDGET * elapsed:
+            return self._open(nxt, DetailReason.SAMPLE)
+        return None
+
+    def _screen(self, step: int, series: Mapping[str, array]) -> bool:
+        t0 = time.perf_counter()
+        seen = screen(series, self.until)
+        cost = time.perf_counter() - t0
+        self.screen_seconds += cost
+        plain = max(self.plain or 0.0, 1e-6)
+        self.next_screen = step + max(SCREEN_EVERY, math.ceil(cost / (SCREEN_BUDGET * plain)))
+        return seen
+
+    def _open(self, step: int, why: DetailReason) -> tuple[bool, DetailReason]:
+        self.on = True
+        self.until = step + WINDOW_STEPS
+        self.windows += 1
+        return True, why

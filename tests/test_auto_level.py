@@ -1,0 +1,201 @@
+"""The auto level: counters every step, full detail in windows (at the start, when memory starts to
+grow, and on a time budget); the run says which steps had which level; memory stays bounded."""
+from __future__ import annotations
+
+import inspect
+from array import array
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.modules import module as module_hooks
+
+import memleak
+from memleak.recorder import escalation, live
+from memleak.recorder.escalation import AutoLevel
+from memleak.schema import DEFAULT_LEVEL, DetailReason
+from tests.helpers import make_model
+
+
+def _series(values) -> dict[str, array]:
+    return {"step": array("d", range(len(values))), "heap_bytes": array("d", values)}
+
+
+def test_auto_is_the_default_everywhere():
+    from memleak.integrations import pytest_plugin, zero_code
+    from memleak.integrations._fit import FitSession  # noqa: F401  (the callbacks' session)
+
+    assert DEFAULT_LEVEL == "auto"
+    assert memleak.track(make_model()).level == "auto"
+    assert inspect.signature(memleak.Tracker).parameters["level"].default == "auto"
+    import argparse
+    parser = argparse.ArgumentParser()
+    zero_code.add_arguments(parser)
+    assert parser.parse_args(["x.py"]).level == "auto"
+    assert "DEFAULT_LEVEL" in inspect.getsource(pytest_plugin.MemleakCheck.__call__)
+    for name in ("lightning", "huggingface"):
+        src = (memleak.__file__.rsplit("/", 1)[0] + f"/integrations/{name}.py")
+        assert "level: str = DEFAULT_LEVEL" in open(src).read()
+
+
+def test_a_flat_series_opens_only_the_start_window():
+    auto = AutoLevel()
+    assert auto.begin() == (None, DetailReason.START)  # the young steps: each probe as at level full
+    rng = np.random.default_rng(0)
+    heap = list(1e8 + rng.integers(-4096, 4096, size=400).astype(float))
+    changes = []
+    for step in range(400):
+        # detail steps cost 3 plain steps, a plain step 10 ms
+        change = auto.after(step, 0.03 if auto.on else 0.01, 0.01 * step, _series(heap[: step + 1]))
+        if change is not None:
+            changes.append((step + 1, *change))
+    assert changes[0] == (escalation.YOUNG_STEPS, False, DetailReason.WINDOW_END)
+    assert all(why != DetailReason.GROWTH for _, _, why in changes), changes
+
+
+def test_growth_opens_a_window_and_the_next_waits_until_the_run_is_twice_as_long():
+    auto = AutoLevel()
+    auto.begin()
+    heap = [1e8 + 50_000 * i for i in range(200)]
+    opened = []
+    for step in range(200):
+        change = auto.after(step, 0.01, 0.01 * step, _series(heap[: step + 1]))
+        if change is not None and change[0]:
+            opened.append((step + 1, change[1]))
+    growth = [s for s, why in opened if why == DetailReason.GROWTH]
+    # as soon as the screen has its rows after the start window (a window's own rows are left out)
+    first = escalation.YOUNG_STEPS + escalation.SCREEN_MIN_ROWS
+    assert growth and first <= growth[0] <= first + escalation.SCREEN_EVERY
+    assert all(b >= escalation.GROWTH_SPACING * a for a, b in zip(growth, growth[1:], strict=False))
+    assert len(growth) <= 5  # 10, 20, 40, 80, 160: spread over the run, not every step
+
+
+def test_sampled_windows_keep_to_their_budget():
+    auto = AutoLevel()
+    auto.begin()
+    heap = [1e8] * 20_000  # no growth: only sampled windows after the start
+    full = 0
+    elapsed = 0.0
+    for step in range(20_000):
+        seconds = 0.02 if auto.on else 0.01  # a detail step costs one plain step more
+        full += auto.on
+        elapsed += seconds
+        auto.after(step, seconds, elapsed, _series(heap[max(0, step - 70): step + 1]))
+    assert auto.windows >= 2  # sampled ones, after the young steps
+    windows = full - escalation.YOUNG_STEPS  # the young steps are a start-up cost, not the budget's
+    assert 0 < windows <= auto.windows * escalation.WINDOW_STEPS
+    extra = windows * 0.01
+    assert extra <= escalation.SAMPLE_BUDGET * elapsed * 1.2
+
+
+def _train(model, opt, steps, tracker, keep=None):
+    for _ in range(steps):
+        loss = model(torch.randn(8, 64)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if keep is not None:
+            keep.append(loss)  # the leak: each loss keeps its graph
+        tracker.step()
+
+
+def test_a_leak_at_auto_is_named_and_the_report_says_which_steps_had_full_detail():
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept = []
+    with memleak.track(model) as tracker:
+        _train(model, opt, 60, tracker, keep=kept)
+    report = tracker.report()
+    assert report.verdict.value == "leak"
+    assert report.suspects[0].location in ("keep", "kept")  # the list _train appends to
+    spans = report.run.detail_spans()
+    assert spans[0] == (0, escalation.YOUNG_STEPS - 1, "full", "start")
+    assert any(level == "full" and why == "growth" for _, _, level, why in spans)
+    assert any(level == "counters" for _, _, level, _ in spans) or len(spans) > 1
+    assert f"full detail on steps 0-{escalation.YOUNG_STEPS - 1} (start)" in str(report)
+
+
+def test_between_windows_no_hook_is_installed_and_no_tensor_is_tagged():
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    seen = []
+    with memleak.track(model) as tracker:
+        for step in range(40):
+            auto = tracker._auto
+            seen.append((step, auto.on, bool(module_hooks._global_forward_pre_hooks),
+                         torch.overrides._get_current_function_mode() is not None))
+            _train(model, opt, 1, tracker)
+    off = [s for s in seen if not s[1]]
+    assert off, "a clean loop fell back to counters after the start window"
+    assert not any(hooked or tagging for _, _, hooked, tagging in off), off
+    assert any(tagging for _, on, _, tagging in seen if on)  # the windows do tag
+
+
+def test_the_live_columns_stay_bounded_however_long_the_run(monkeypatch):
+    monkeypatch.setattr(live, "LIVE_ROWS", 64)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    sizes = {}
+    with memleak.track(model, optimizer=opt) as tracker:
+        for n in (300, 600):
+            for _ in range(n - len(sizes) * 300):
+                model(torch.randn(2, 64)).sum().backward()
+                opt.step()
+            probes = {p.name: p for p in tracker._probes}
+            sizes[n] = (len(tracker._live.series["step"]), len(probes["tensors"].births),
+                        len(probes["tensors"].saved), len(probes["modules"].outputs))
+        steps = np.frombuffer(tracker._live.series["step"], dtype=np.float64)
+        stride = tracker._live.stride
+    assert sizes[600][0] < 64 and stride >= 8
+    assert (steps % stride == 0).all() and (np.diff(steps) == stride).all()
+    assert sizes[600][1:] <= tuple(2 * max(v, 50) for v in sizes[300][1:]), sizes  # no per-step growth
+
+
+@pytest.mark.parametrize("level", ["counters", "full"])
+def test_a_fixed_level_is_one_span(level):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memleak.track(model, level=level) as tracker:
+        _train(model, opt, 5, tracker)
+    assert tracker.run().detail_spans() == [(0, 4, level, "fixed")]
+
+
+def _retained(tracker) -> dict[str, int]:
+    """Items memleak holds in memory for one run: the live columns, the probes' tags, weak
+    references and holder names, the writer's in-memory records (none while the file is written)."""
+    probes = {p.name: p for p in tracker._probes}
+    tensors, modules = probes["tensors"], probes["modules"]
+    return {
+        "live rows": len(tracker._live.series["step"]),
+        "births": len(tensors.births),
+        "saved": len(tensors.saved),
+        "saved cohorts": len(tensors.saved_tagged),
+        "site holders": len(tensors.site_holders) + len(tensors.named_sites),
+        "module outputs": len(modules.outputs),
+        "writer records": len(tracker.sink._records),
+    }
+
+
+def test_what_auto_holds_in_memory_does_not_grow_with_the_steps(tmp_path, monkeypatch):
+    """A leaking run (the leak's own tensors kept by the test) at the default level: what memleak
+    keeps after 360 steps is no more than after 120, whatever the windows sampled meanwhile."""
+    monkeypatch.setattr(live, "LIVE_ROWS", 64)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept = []
+    counts = {}
+    with memleak.track(model, optimizer=opt, out=tmp_path) as tracker:
+        for n in (120, 360):
+            while tracker.iterations < n:
+                loss = model(torch.randn(2, 64)).sum()
+                loss.backward()
+                opt.step()
+                kept.append(torch.randn(512))  # a leak: growth windows keep opening
+            counts[n] = _retained(tracker)
+            ages = {p.name: p for p in tracker._probes}["tensors"].ages._seen  # first seen, by the walks
+            assert len(ages) <= len(kept) + 200, len(ages)  # live ones only (the leak's, the model's)
+        windows = tracker._auto.windows
+    assert windows >= 2, windows  # detail was sampled after the young steps: the probes had work
+    assert counts[360]["live rows"] < 64 and counts[360]["writer records"] == 0, counts
+    for item, at_120 in counts[120].items():
+        assert counts[360][item] <= max(at_120, 64), (item, counts)  # bounded, not per step
