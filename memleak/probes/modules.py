@@ -150,10 +150,12 @@ class ModuleProbe(Probe):
         i = self.index.get(id(module))
         if i is None:
             return
-        if not self.stack:  # a forward that began before the hooks went in: not measured
+        try:
+            start = self.stack.pop()
+        except IndexError:  # a forward that began before the hooks went in (in any thread): not measured
             return
         self.calls[i] += 1
-        self.fwd[i] += self.count() - self.stack.pop()
+        self.fwd[i] += self.count() - start
         if self.detail:
             try:
                 for t in _tensors(output):
