@@ -19,9 +19,9 @@ import torch.optim.optimizer as optimizer_hooks
 import memleak
 from memleak.schema import Level
 
-# The levels every stack is tested at, cheapest first (a new level, such as "auto", is one more
-# entry here).
-LEVELS = tuple(level.value for level in (Level.COUNTERS, Level.MODULES, Level.FULL))
+# The levels every stack is tested at, cheapest first; auto (the default) last: on these short
+# loops it runs as full does through its young steps, by its own code path.
+LEVELS = tuple(level.value for level in (Level.COUNTERS, Level.MODULES, Level.FULL, Level.AUTO))
 # The levels below full (whose reference walk names any holder) that name one, and the planted leak
 # each names: modules, through the attribute scan, a tensor cached on a module.
 NAMING = {Level.MODULES.value: "module_cache"}

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from stacks.stack_harness import Ran, assert_clean, assert_leak_named, check_tracked_run, plant, tracked
+from stacks.stack_harness import LEVELS, Ran, assert_clean, assert_leak_named, check_tracked_run, plant, tracked
 
 ACCUMULATE = 4
 
@@ -118,7 +118,7 @@ STACKS = {"accumulation": accumulation_loop, "gan": gan_loop, "gan-no-detach": g
           "scheduler": scheduler_loop, "lbfgs": lbfgs_loop}
 
 
-@pytest.mark.parametrize("level", ["counters", "modules", "full"])
+@pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("stack", sorted(STACKS))
 def test_one_iteration_per_optimizer_step_same_losses_nothing_left(stack, level):
     tracker = check_tracked_run(STACKS[stack], level, 10)

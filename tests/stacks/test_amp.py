@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from stacks.stack_harness import Ran, assert_clean, assert_leak_named, check_tracked_run, plant, tracked
+from stacks.stack_harness import LEVELS, Ran, assert_clean, assert_leak_named, check_tracked_run, plant, tracked
 
 OVERFLOW_AT = (5, 11, 17)  # iterations whose loss is made inf: the scaler skips their step
 
@@ -50,7 +50,7 @@ def amp_loop(track, steps, leak=None, scaler=True, overflow=(), zero_grad_first=
     return Ran(losses, tracker, [model], [opt])
 
 
-@pytest.mark.parametrize("level", ["counters", "modules", "full"])
+@pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("scaler", [False, True], ids=["autocast", "autocast+scaler"])
 def test_same_losses_and_nothing_left(level, scaler):
     tracker = check_tracked_run(amp_loop, level, 16, scaler=scaler)

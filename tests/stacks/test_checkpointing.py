@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from stacks.stack_harness import Ran, assert_clean, assert_leak_named, check_tracked_run, plant, tracked
+from stacks.stack_harness import LEVELS, Ran, assert_clean, assert_leak_named, check_tracked_run, plant, tracked
 
 
 class Block(nn.Module):
@@ -56,7 +56,7 @@ def checkpoint_loop(track, steps, leak=None, reentrant=False):
     return Ran(losses, tracker, [model], [opt])
 
 
-@pytest.mark.parametrize("level", ["counters", "modules", "full"])
+@pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
 def test_same_losses_and_nothing_left(level, reentrant):
     tracker = check_tracked_run(checkpoint_loop, level, 16, reentrant=reentrant)

@@ -14,10 +14,9 @@ import torch
 from torch import nn
 
 import memleak
-from stacks.stack_harness import left_installed
+from stacks.stack_harness import LEVELS, left_installed
 
 STEPS = 24  # per level; the live check and the trend need about this many
-LEVELS = ("counters", "modules", "full")
 CONFIGS = {
     "default": {"fullgraph": True},
     "reduce-overhead": {"mode": "reduce-overhead"},  # CUDA graphs need CUDA: on CPU inductor alone

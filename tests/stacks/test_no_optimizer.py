@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from memleak.integrations.zero_code import ZeroCodeSession, run_target
-from stacks.stack_harness import _global_hooks
+from stacks.stack_harness import LEVELS, _global_hooks
 
 STEPS = 30
 
@@ -78,7 +78,7 @@ def _run(tmp_path, source, level, leak, tracked=True):
     return json.loads(out.read_text()), session
 
 
-@pytest.mark.parametrize("level", ["counters", "modules", "full"])
+@pytest.mark.parametrize("level", LEVELS)
 # the hand-SGD loop's evaluation call after its last iteration records that iteration's end
 @pytest.mark.parametrize(("source", "boundary", "steps"), [(HAND_SGD, "backward", STEPS - 1),
                                                            (INFERENCE, "forward", STEPS - 2)],
