@@ -163,6 +163,16 @@ def fits_by_level(fit, tmp_path_factory, levels) -> dict:
                 for level, leak in cases}
 
 
+def assert_fits_at_level(fits, by_level, level: str, models_of) -> None:
+    """Every fit at `level` (clean, and with its planted leak): the untracked fit's losses, the
+    callback's tracker closed, nothing left installed on `models_of(what holds loss_values)`."""
+    untracked = fits["untracked"][0].loss_values
+    for (lv, leak), (owner, cb) in by_level.items():
+        if lv == level:
+            assert owner.loss_values == untracked, (level, leak)
+            assert cb.tracker is None and not left_installed(models_of(owner)), (level, leak)
+
+
 def assert_fit_clean(report, steps: int) -> None:
     """A clean fit: every step recorded, and the verdict "clean" (not merely "inconclusive")."""
     assert len(report.run.steps) == steps

@@ -19,6 +19,7 @@ from memleak.integrations.lightning import MemleakCallback  # noqa: E402
 from stacks.stack_harness import (  # noqa: E402
     BELOW_FULL,
     assert_fit_clean,
+    assert_fits_at_level,
     assert_same_losses,
     fits_by_level,
     left_installed,
@@ -102,11 +103,7 @@ def by_level(tmp_path_factory):
 
 @pytest.mark.parametrize("level", BELOW_FULL)
 def test_each_level_keeps_the_losses_and_leaves_nothing_installed(fits, by_level, level):
-    untracked = fits["untracked"][0].loss_values
-    for (lv, leak), (module, cb) in by_level.items():
-        if lv == level:
-            assert module.loss_values == untracked, (level, leak)
-            assert cb.tracker is None and not left_installed([module]), (level, leak)
+    assert_fits_at_level(fits, by_level, level, lambda module: [module])
 
 
 @pytest.mark.parametrize("level", BELOW_FULL)
