@@ -8,6 +8,7 @@ from .detect import run_detectors
 from .detect.divergence import RankOutcome, detect_divergences
 from .detect.growth import analyze_growth
 from .detect.snapshot import detect_snapshot
+from .detect.stale import confirm_after_sampling
 from .errors import UsageError
 from .run import MultiRun, Run
 from .schema import Finding, Shape, Verdict
@@ -38,6 +39,7 @@ def _analyze_run(run: Run) -> Report:
 
     growth = analyze_growth(run)
     findings, problems = run_detectors(run)
+    findings = confirm_after_sampling(run, findings)
     suspects = rank(findings, measured_bps=growth.slope if growth is not None else 0.0)
     return Report(
         run=run,

@@ -1,0 +1,65 @@
+"""A holder that grew on its sampled steps, then was not sampled for a long stretch over which
+memory stayed flat, has not been shown to leak: it may have filled and stopped (a replay buffer,
+a cache with a bound). Its growth stays in the report as evidence, not as a leak.
+
+At level full the walks sample the whole run, so this rarely applies; at level auto the walks
+run in windows, and what grew in the first window must be confirmed by the counters after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..run import Run
+from ..schema import Finding
+from ..units import fmt_bytes
+from .lifetimes import own_adjusted
+from .trend import theil
+
+#: Steps after the last sample, and share of the run, before the counters must confirm it.
+MIN_UNSAMPLED_STEPS = 16
+MIN_UNSAMPLED_SHARE = 0.25
+#: Counter values needed after the last sample to judge their slope.
+MIN_TAIL_POINTS = 8
+#: The counters after the last sample must rise at this share of the holder's rate.
+CONFIRM_SHARE = 0.25
+
+
+def confirm_after_sampling(run: Run, findings: list[Finding]) -> list[Finding]:
+    """`findings`, each leak whose samples (``data["steps"]``) ended long before the run did
+    made no leak when the memory counter did not rise after its last sample."""
+    column = run.memory_column()
+    if column is None or "step" not in run.steps:
+        return findings
+    steps = np.asarray(run.steps["step"], dtype=float)
+    values = np.asarray(run.steps[column], dtype=float)
+    finite = np.isfinite(values)
+    rows = np.flatnonzero(finite)
+    steps, values = steps[finite], own_adjusted(run.steps, column, values[finite], rows)
+    if len(steps) == 0:
+        return findings
+    return [_confirmed(f, steps, values, column) for f in findings]
+
+
+def _confirmed(f: Finding, steps: np.ndarray, values: np.ndarray, column: str) -> Finding:
+    sampled = f.data.get("steps") if isinstance(f.data, dict) else None
+    if not (f.leak and f.bytes_per_step > 0 and isinstance(sampled, list) and len(sampled) >= 2):
+        return f
+    first, last, end = float(sampled[0]), float(sampled[-1]), float(steps[-1])
+    unsampled = end - last
+    if unsampled < max(MIN_UNSAMPLED_STEPS, MIN_UNSAMPLED_SHARE * (end - first)):
+        return f
+    tail = steps >= last
+    if tail.sum() < MIN_TAIL_POINTS:
+        return f
+    slope = theil(steps[tail], values[tail])[0]
+    if slope >= CONFIRM_SHARE * f.bytes_per_step:
+        return f
+    note = (
+        f"it was sampled on steps {int(first)}-{int(last)} only; over steps {int(last)}-{int(end)} {column} "
+        f"rose {fmt_bytes(max(slope, 0.0))} per step against its {fmt_bytes(f.bytes_per_step)}: what it holds "
+        f"stopped growing (it filled, or is bounded), so this is not shown to leak"
+    )
+    return replace(f, leak=False, evidence=(*f.evidence, note))

@@ -1,0 +1,38 @@
+"""A holder that grew while sampled is a leak only if the counters keep rising after its last sample
+(detect/stale.py): a buffer that filled between two sampling windows is not."""
+import numpy as np
+import pandas as pd
+
+from memleak.detect.stale import confirm_after_sampling
+from memleak.run import Run
+from memleak.schema import Finding, Kind
+
+MIB = 2**20
+
+
+def _run(heap):
+    return Run({"device": "cpu"}, pd.DataFrame({"step": np.arange(len(heap)), "heap_bytes": heap}))
+
+
+def _holder(last_sample=30):
+    return Finding("culprits", Kind.SURVIVING_TENSORS, "memory.items", MIB, 30 * MIB, 0.86, ("grew",), "fix",
+                   data={"steps": list(range(1, last_sample + 1, 3))})
+
+
+def test_growth_that_stops_after_the_last_sample_is_not_a_leak():
+    heap = np.r_[100 * MIB + MIB * np.arange(32), np.full(40, 132 * MIB)]  # filled at step 32
+    (f,) = confirm_after_sampling(_run(heap), [_holder()])
+    assert not f.leak
+    assert "sampled on steps 1-28 only" in f.evidence[-1] and "stopped growing" in f.evidence[-1]
+
+
+def test_growth_the_counters_go_on_showing_stays_a_leak():
+    heap = 100 * MIB + MIB * np.arange(72.0)
+    (f,) = confirm_after_sampling(_run(heap), [_holder()])
+    assert f.leak and f.evidence == ("grew",)
+
+
+def test_samples_that_reach_the_end_of_the_run_need_no_confirmation():
+    heap = np.r_[100 * MIB + MIB * np.arange(32), np.full(10, 132 * MIB)]  # only 13 steps unsampled
+    (f,) = confirm_after_sampling(_run(heap), [_holder()])
+    assert f.leak
