@@ -172,7 +172,7 @@ def holders_figure(report) -> Any:
                 col=1,
             )
     fig.update_layout(_layout("what each top holder keeps, at each reference walk", unit, height=560))
-    for row, label in enumerate((f"bytes ({unit})", "tensors", S.nodes_label(tables)), 1):
+    for row, label in enumerate((f"bytes ({unit})", "tensors", S.nodes_label(tables).replace("\n", "<br>")), 1):
         fig.update_yaxes(title_text=label, rangemode="tozero", row=row, col=1)
     fig.update_xaxes(title_text="step", row=3, col=1)
     return fig

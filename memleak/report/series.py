@@ -136,7 +136,7 @@ def holder_series(run, names: list[str]) -> dict[str, pd.DataFrame]:
     return out
 
 
-NODES_CAPPED = "autograd nodes (hollow: the count stopped at its cap, a lower bound)"
+NODES_CAPPED = "autograd nodes\n(hollow: a lower bound)"
 
 
 def nodes_label(tables: dict[str, pd.DataFrame]) -> str:
