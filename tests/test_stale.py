@@ -36,3 +36,10 @@ def test_samples_that_reach_the_end_of_the_run_need_no_confirmation():
     heap = np.r_[100 * MIB + MIB * np.arange(32), np.full(10, 132 * MIB)]  # only 13 steps unsampled
     (f,) = confirm_after_sampling(_run(heap), [_holder()])
     assert f.leak
+
+
+def test_a_sawtooth_after_the_last_sample_confirms_it():
+    epochs = np.tile(MIB * np.arange(10.0), 7)  # rises every step, given back every 10 steps
+    heap = np.r_[100 * MIB + epochs[:32], 100 * MIB + epochs[32:]]
+    (f,) = confirm_after_sampling(_run(heap), [_holder()])
+    assert f.leak

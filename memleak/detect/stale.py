@@ -23,7 +23,8 @@ MIN_UNSAMPLED_STEPS = 16
 MIN_UNSAMPLED_SHARE = 0.25
 #: Counter values needed after the last sample to judge their slope.
 MIN_TAIL_POINTS = 8
-#: The counters after the last sample must rise at this share of the holder's rate.
+#: The counters after the last sample must rise (their trend, or their median step) at this share
+#: of the holder's rate.
 CONFIRM_SHARE = 0.25
 
 
@@ -54,7 +55,10 @@ def _confirmed(f: Finding, steps: np.ndarray, values: np.ndarray, column: str) -
     tail = steps >= last
     if tail.sum() < MIN_TAIL_POINTS:
         return f
-    slope = theil(steps[tail], values[tail])[0]
+    # the trend, or the typical step's rise: memory given back at each epoch's end (a sawtooth)
+    # still rises on most steps while the holder fills again
+    x, y = steps[tail], values[tail]
+    slope = max(theil(x, y)[0], float(np.median(np.diff(y) / np.diff(x))))
     if slope >= CONFIRM_SHARE * f.bytes_per_step:
         return f
     note = (
