@@ -33,7 +33,7 @@ import memleak  # noqa: E402
 from memleak.recorder import Tracker  # noqa: E402
 from paired import measure  # noqa: E402
 
-LEVELS = ("counters", "modules", "full")
+LEVELS = ("counters", "modules", "full", "auto")
 D = 128
 
 
