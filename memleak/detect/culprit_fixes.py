@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from ..schema import Kind
 
+#: Said after a node count that is a lower bound (HolderRow.capped).
+NODES_LOWER_BOUND = " (a lower bound: the walk counts a bounded number of graphs)"
+
 
 def culprit_fix(
     kind: Kind,

@@ -20,6 +20,7 @@ from ..records import HolderRow, HoldersRecord
 from ..run import Run
 from ..schema import Finding, Kind
 from ..units import fmt_bytes
+from .culprit_fixes import NODES_LOWER_BOUND
 
 NAME = "graphs"
 
@@ -95,7 +96,7 @@ def _fix(holder: str, in_place: bool) -> str:
 
 
 def _finding(holder: str, c: dict, kind_of_holder: str) -> Finding:
-    capped = " (a lower bound: the walk counts a bounded number of graphs)" if c["capped"] else ""
+    capped = NODES_LOWER_BOUND if c["capped"] else ""
     evidence = (
         f"the autograd graph {holder} holds is built on the tensor it held at the previous sampled step: its "
         f"graph reaches that tensor's node as an input on {c['n_linked']} of {c['samples']} sampled steps, so "

@@ -86,7 +86,7 @@ def analyze_growth(run: Run, column: str | None = None, min_rel: float | None = 
     the share of the level a rise must reach (by default MIN_REL_GROWTH, MIN_REL_GROWTH_HOST for RSS)."""
     column = column or run.memory_column()
     capacity = _capacity(run, column)
-    series = _series(run, column)
+    series = memory_series(run, column)
     if series is None:
         return _empty(column, Shape.NO_DATA, capacity, 0, 0, f"no usable values of {column or 'any memory column'}")
     pos, x_raw, y_raw = series
@@ -152,7 +152,7 @@ def detect(run: Run) -> list[Finding]:
 # ---------------------------------------------------------------- input
 
 
-def _series(run: Run, column: str | None):
+def memory_series(run: Run, column: str | None):
     """(row positions, x, y) of the finite values of `column`, or None."""
     if column is None or column not in run.steps:
         return None

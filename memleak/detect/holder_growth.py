@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..records import HolderRow, HoldersRecord
 from ..schema import Kind
 from ..units import fmt_bytes
-from .culprit_fixes import culprit_fix
+from .culprit_fixes import NODES_LOWER_BOUND, culprit_fix
 from .culprit_table import Entries, entry
 from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, sustained_rise
 
@@ -177,7 +177,7 @@ def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> lis
 def _graph_evidence(name: str, h: _HolderSeries, chained: bool, has_grad: bool) -> list[str]:
     """How the autograd graph the holder reaches grew, or that its tensors carry graphs at all."""
     if h.node_trend:
-        capped = " (a lower bound: the walk counts a bounded number of graphs)" if h.cap_at is not None else ""
+        capped = NODES_LOWER_BOUND if h.cap_at is not None else ""
         return [
             f"the autograd graph reachable from {name} grows from {int(h.nodes[0])} to {int(max(h.node_values))} "
             f"nodes{capped} between steps {h.steps[0]} and {h.node_steps[-1]} "

@@ -15,7 +15,7 @@ import numpy as np
 from ..run import Run
 from ..schema import Finding
 from ..units import fmt_bytes
-from .lifetimes import own_adjusted
+from .growth import memory_series
 from .trend import theil
 
 #: Steps after the last sample, and share of the run, before the counters must confirm it.
@@ -32,15 +32,10 @@ def confirm_after_sampling(run: Run, findings: list[Finding]) -> list[Finding]:
     """`findings`, each leak whose samples (``data["steps"]``) ended long before the run did
     made no leak when the memory counter did not rise after its last sample."""
     column = run.memory_column()
-    if column is None or "step" not in run.steps:
+    series = memory_series(run, column)
+    if column is None or series is None:
         return findings
-    steps = np.asarray(run.steps["step"], dtype=float)
-    values = np.asarray(run.steps[column], dtype=float)
-    finite = np.isfinite(values)
-    rows = np.flatnonzero(finite)
-    steps, values = steps[finite], own_adjusted(run.steps, column, values[finite], rows)
-    if len(steps) == 0:
-        return findings
+    _, steps, values = series
     return [_confirmed(f, steps, values, column) for f in findings]
 
 

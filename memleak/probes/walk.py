@@ -148,24 +148,15 @@ class Walk(HolderTally):
         cache = next((r for r in refs if type(r) is dict and r is not own), None)
         if not cache:
             return
-        holder = holder or path
         why = note or f"kept by the functools.lru_cache of {fn_name(fn)}(): each result, as long as the function lives"
         if type(next(iter(cache.values()))).__name__ == "_lru_list_elem":
             # a bounded cache: the links of its C list hold the keys and results, and the
             # wrapper's referents list them (the links' own referents are empty)
             skip = {id(cache), id(own), id(getattr(fn, "__wrapped__", None))}
             kept = [r for r in refs if id(r) not in skip and type(r) not in (type, object)]
-            self._sequence(kept, path, holder, "lru_cache", weight, why)
-            return
-        n = len(cache)
-        keys = list(itertools.islice(cache, SEQ_SAMPLE))
-        if n > 2 * SEQ_SAMPLE:  # the ends, extrapolated, as for a long list
-            keys += list(itertools.islice(reversed(cache), SEQ_SAMPLE))[::-1]
-            self._estimated(holder)
-            self._name_unsampled(cache.values(), holder)
-        for key in keys:
-            for item in (key, cache[key]):
-                self.push(item, path + "[...]", holder, "lru_cache", weight * n / len(keys), why)
+        else:
+            kept = [x for key_and_result in cache.items() for x in key_and_result]
+        self._sequence(kept, path, holder or path, "lru_cache", weight, why)
 
     def _optimizer(self, obj, path, holder, weight, note) -> None:
         """Its own extra lists and its hooks, never its state."""

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..schema import DetailReason
+from .live import kendall_tau
 
 if TYPE_CHECKING:
     import numpy as np
@@ -90,8 +91,7 @@ def rising(y: np.ndarray) -> bool:
     d = np.diff(y)
     if (d > 0).mean() < SCREEN_MIN_RISING or y[-1] - y[0] <= SCREEN_NOISE * float(np.median(np.abs(d))):
         return False
-    upper = np.triu_indices(n, 1)
-    tau = float(np.sign(y[None, :] - y[:, None])[upper].mean())
+    tau = kendall_tau(y)
     sigma = math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))  # tau's spread when there is no trend
     return tau >= max(SCREEN_MIN_TAU, SCREEN_SIGMAS * sigma)
 

@@ -60,8 +60,16 @@ def _trends_up(y, min_tau: float = 0.3, points: int = 200) -> bool:
         return False
     if len(y) > points:
         y = y[np.linspace(0, len(y) - 1, points).astype(int)]
+    return kendall_tau(y) >= min_tau
+
+
+def kendall_tau(y) -> float:
+    """Kendall's tau of `y` (at least two values) against its order, in numpy: a few
+    microseconds for the short series the screens look at, where scipy's would cost more."""
+    import numpy as np
+
     upper = np.triu_indices(len(y), 1)
-    return float(np.sign(y[None, :] - y[:, None])[upper].mean()) >= min_tau
+    return float(np.sign(y[None, :] - y[:, None])[upper].mean())
 
 
 class LiveCheck:
