@@ -1,3 +1,4 @@
+import gc
 import os
 
 import pytest
@@ -20,11 +21,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_collection_finish(session):
+    """Everything collection made (torch, the test modules, their data) lives to the end of the
+    session: frozen, the garbage collections that memleak and the tests run (each a second or
+    more in a process that has imported torch) need not walk it again and again."""
+    if os.environ.get("MEMLEAK_TESTS_NO_GC_FREEZE"):
+        return
+    gc.collect()
+    gc.freeze()
+
+
 def _keep_shared_fixtures_on_one_worker(items):
     """Under `-n` (setup.cfg: --dist loadgroup), the tests of a module that share a module-scoped
     fixture (a recorded run, a spawn, a fit) go to one worker, which builds it once; split
     across workers, each would build it."""
     for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue  # the module chose its group (helpers.needs)
         defs = getattr(item, "_fixtureinfo", None)
         shared = defs is not None and any(
             d.scope == "module" for fds in defs.name2fixturedefs.values() for d in fds

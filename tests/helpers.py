@@ -5,6 +5,21 @@ import torch
 from torch import nn
 
 
+def needs(*packages: str) -> list:
+    """Marks for a test module that needs optional packages (a training framework): skipped when
+    one is missing, found without importing it, and the tests of every module that needs the same
+    first package kept on one xdist worker (the group is its name). Importing transformers' Trainer
+    or Lightning costs seconds; the modules import them inside their tests, so only the worker that
+    runs them pays."""
+    from importlib.util import find_spec
+
+    import pytest
+
+    missing = [p for p in packages if find_spec(p) is None]
+    return [pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}"),
+            pytest.mark.xdist_group(packages[0])]
+
+
 def make_model(seed: int = 0, width: int = 64) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))

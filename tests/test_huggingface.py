@@ -2,24 +2,18 @@
 A clean fit, losses compared to an untracked one, a metric-list leak and a fit that raises are in
 tests/stacks/test_hf_trainer.py."""
 
-import pytest
-import torch
+import memleak
+from helpers import import_error_without, needs
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")  # Trainer needs it
-
-import memleak  # noqa: E402
-from helpers import import_error_without  # noqa: E402
-from memleak.integrations.huggingface import MemleakCallback  # noqa: E402
-from stacks.test_hf_trainer import Tokens  # noqa: E402
+pytestmark = needs("transformers", "accelerate")  # accelerate: the Trainer needs it
 
 LEVEL = "full"
 
 
 def tiny_gpt2(leak: bool):
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=1000, n_positions=32, n_embd=32, n_layer=1, n_head=2)
-    model = transformers.GPT2LMHeadModel(config)
+    from hf_fits import tiny_gpt2
+
+    model = tiny_gpt2()
     if leak:
         model.logits_seen = []  # the leak: every step's logits kept on the model
 
@@ -31,12 +25,13 @@ def tiny_gpt2(leak: bool):
 
 
 def train(tmp_path, leak=False, steps=30, **kwargs):
+    import transformers
+    from hf_fits import Tokens, training_args
+    from memleak.integrations.huggingface import MemleakCallback
+
     cb = MemleakCallback(out=tmp_path / "memleak", level=kwargs.pop("level", LEVEL), print_report=False)
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "hf"), max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3,
-        report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
-        dataloader_num_workers=0, **kwargs)
-    trainer = transformers.Trainer(model=tiny_gpt2(leak), args=args, train_dataset=Tokens(), callbacks=[cb])
+    trainer = transformers.Trainer(model=tiny_gpt2(leak), args=training_args(tmp_path, steps, **kwargs),
+                                   train_dataset=Tokens(), callbacks=[cb])
     trainer.train()
     return cb
 

@@ -71,7 +71,9 @@ def three_steps(tmp_path_factory):
 def _pytest_in_process(folder, *args) -> str:
     """What `pytest ARGS` run in `folder` prints, from a session in this process (pytester's
     in-process run, which a module-scoped fixture cannot use): the test module it imports is
-    forgotten afterwards, and the working directory restored."""
+    forgotten afterwards, and the working directory restored. Without pytest's unraisable-exception
+    plugin, as pytester's own in-process runs (its cleanup collects garbage five times, over a
+    second in a process that has imported torch)."""
     import contextlib
     import io
 
@@ -79,7 +81,7 @@ def _pytest_in_process(folder, *args) -> str:
     try:
         os.chdir(folder)
         with contextlib.redirect_stdout(printed):
-            pytest.main(list(args))
+            pytest.main(["-p", "no:unraisableexception", *args])
     finally:
         os.chdir(here)
         for name in set(sys.modules) - modules:

@@ -236,6 +236,7 @@ def test_closed_watched_functions_are_not_kept_alive():
     assert sum(r() is not None for r in models) == 0
 
 
+@pytest.mark.xdist_group("transformers")  # with the other tests that import it (helpers.needs)
 def test_the_hugging_face_callback_is_not_kept_alive_after_its_fit(tmp_path):
     pytest.importorskip("transformers")
     from memleak.integrations.huggingface import MemleakCallback

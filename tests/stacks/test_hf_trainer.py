@@ -8,12 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")  # Trainer needs it
-
-import memleak  # noqa: E402
-from memleak.integrations.huggingface import MemleakCallback  # noqa: E402
-from stacks.stack_harness import (  # noqa: E402
+import memleak
+from helpers import needs
+from stacks.stack_harness import (
     BELOW_FULL,
     assert_fit_clean,
     assert_fits_at_level,
@@ -23,55 +20,20 @@ from stacks.stack_harness import (  # noqa: E402
     three_fits,
 )
 
+pytestmark = needs("transformers", "accelerate")  # accelerate: the Trainer needs it
+
 STEPS = 30
 
 
-class Tokens(torch.utils.data.Dataset):
-    def __init__(self, n=32, seq=16, vocab=1000):
-        self.ids = torch.randint(0, vocab, (n, seq), generator=torch.Generator().manual_seed(0))
-
-    def __len__(self):
-        return len(self.ids)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
-
-
-class MetricTrainer(transformers.Trainer):
-    """The user's Trainer: records each step's loss; `leak` keeps the loss tensor itself, or with
-    "module_cache" a tensor a step on the first block (`transformer.h.0.cache`)."""
-
-    def __init__(self, *args, leak=False, fail_at=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.leak, self.fail_at = leak, fail_at
-        self.loss_values: list[float] = []
-        self.batch_losses: list = []
-
-    def compute_loss(self, *args, **kwargs):
-        if self.fail_at is not None and len(self.loss_values) == self.fail_at:
-            raise RuntimeError("boom")
-        loss = super().compute_loss(*args, **kwargs)
-        self.loss_values.append(loss.item())
-        if self.leak == "module_cache":
-            block = self.model.transformer.h[0]
-            block.cache = [*getattr(block, "cache", []), torch.ones(4096)]
-        elif self.leak:
-            self.batch_losses.append(loss)  # the leak: a metric list of undetached losses
-        return loss
-
-
 def fit(tmp_path, *, tracked=True, leak=False, fail_at=None, steps=STEPS, cb=None, level="full"):
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=1000, n_positions=32, n_embd=32, n_layer=1, n_head=2)
-    model = transformers.GPT2LMHeadModel(config)
+    from hf_fits import MetricTrainer, Tokens, tiny_gpt2, training_args
+    from memleak.integrations.huggingface import MemleakCallback
+
+    model = tiny_gpt2()
     if tracked and cb is None:
         cb = MemleakCallback(out=tmp_path / "memleak", level=level, print_report=False)
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "hf"), max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3,
-        report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
-        dataloader_num_workers=0, seed=0)
-    trainer = MetricTrainer(model=model, args=args, train_dataset=Tokens(), callbacks=[cb] if cb else [],
-                            leak=leak, fail_at=fail_at)
+    trainer = MetricTrainer(model=model, args=training_args(tmp_path, steps, seed=0), train_dataset=Tokens(),
+                            callbacks=[cb] if cb else [], leak=leak, fail_at=fail_at)
     trainer.train()
     return trainer, cb
 
@@ -121,6 +83,8 @@ def test_the_attribute_scan_names_a_tensor_cached_on_a_block_at_level_modules(by
 
 
 def test_a_fit_that_raises_closes_the_tracker_at_once(tmp_path):
+    from memleak.integrations.huggingface import MemleakCallback
+
     cb = MemleakCallback(out=tmp_path / "memleak", level="full", print_report=False)
     with pytest.raises(RuntimeError, match="boom"):
         fit(tmp_path, fail_at=7, steps=12, cb=cb)

@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
-pl = pytest.importorskip("lightning.pytorch")
-pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec")  # lightning's own deprecation noise
-
-import memleak  # noqa: E402
-from memleak.integrations.lightning import MemleakCallback  # noqa: E402
-from stacks.stack_harness import (  # noqa: E402
+import memleak
+from helpers import needs
+from stacks.stack_harness import (
     BELOW_FULL,
     assert_fit_clean,
     assert_fits_at_level,
@@ -26,42 +22,23 @@ from stacks.stack_harness import (  # noqa: E402
     three_fits,
 )
 
+pytestmark = [*needs("lightning"), pytest.mark.filterwarnings("ignore:.*LeafSpec")]  # lightning's own noise
+
 STEPS = 30
-
-
-class Classifier(pl.LightningModule):
-    def __init__(self, leak: bool = False):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 4))
-        self.leak = leak
-        self.outputs: list = []
-        self.loss_values: list[float] = []
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        logits = self.net(x)
-        loss = nn.functional.cross_entropy(logits, y)
-        self.loss_values.append(loss.item())
-        if self.leak:
-            self.outputs.append(logits)  # the leak: every step's logits, without .detach()
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
 def fit(tmp_path, *, tracked=True, leak=False, level="full"):
     """`leak`: True or "module_cache" (both: `self.outputs`, a list on the LightningModule)."""
+    from lightning_fits import Classifier, trainer
+    from memleak.integrations.lightning import MemleakCallback
+
     torch.manual_seed(0)
     module = Classifier(bool(leak))
     g = torch.Generator().manual_seed(1)
     data = torch.utils.data.TensorDataset(torch.randn(STEPS * 32, 32, generator=g),
                                           torch.randint(0, 4, (STEPS * 32,), generator=g))
     cb = MemleakCallback(out=tmp_path / "memleak", level=level, print_report=False) if tracked else None
-    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
-                         callbacks=[cb] if cb else [])
-    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=32))
+    trainer(tmp_path, STEPS, [cb] if cb else []).fit(module, torch.utils.data.DataLoader(data, batch_size=32))
     return module, cb
 
 
