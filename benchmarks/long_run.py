@@ -140,9 +140,10 @@ with tempfile.TemporaryDirectory() as tmp, memleak.track(model, optimizer=opt, o
         opt.zero_grad()
         if i + 1 in (10_000, steps):
             marks[i + 1] = (rss(), heap(), len(t._live.series["step"]), t._live.stride)
+    readers = [m for m in ("pandas", "scipy.stats") if m in sys.modules]  # before t.run() reads
     spans = t.run().detail_spans()
 full = sum(b - a + 1 for a, b, level, _ in spans if level == "full")
-print(json.dumps({"marks": marks, "seconds": time.perf_counter() - t0, "full_steps": full,
+print(json.dumps({"marks": marks, "seconds": time.perf_counter() - t0, "full_steps": full, "readers": readers,
                   "windows": sum(level == "full" for _, _, level, _ in spans)}))
 """
 
@@ -157,7 +158,8 @@ def tracked(steps: int) -> int:
     print(f"{steps:,} steps at auto in {m['seconds']:.0f} s ({m['full_steps']:,} with full detail, in "
           f"{m['windows']} windows): memleak's own RSS +{(rss0 - rss_) / 2**20:.1f} MiB after 10,000 steps, "
           f"+{(rss1 - rss_) / 2**20:.1f} MiB at the end (C heap +{(heap1 - heap_) / 2**20:.2f} MiB); "
-          f"live rows {rows0} (stride {stride0}) -> {rows1} (stride {stride1})")
+          f"live rows {rows0} (stride {stride0}) -> {rows1} (stride {stride1}); "
+          f"imported while recording: {', '.join(m['readers']) or 'neither pandas nor scipy'}")
     return 0
 
 

@@ -11,16 +11,8 @@ import pandas as pd
 
 from .errors import UsageError
 from .records import BirthsRecord, HoldersRecord, ModulesRecord, SavedRecord
-from .schema import DETAIL_EVENT, Level, RecordType
+from .schema import DETAIL_EVENT, HOST_COLUMNS, MEMORY_COLUMNS, Level, RecordType
 from .units import ranks_text
-
-# Which column shows memory growth best, in order of preference. On an
-# accelerator its allocator counts every tensor. Without one, the C heap's
-# in-use bytes (glibc mallinfo2: CPU tensor storages are malloc'ed) are exact and
-# cheap every step; the live-tensor census is exact but sampled; RSS is the last
-# resort (it never shrinks after a free and counts Python objects too).
-MEMORY_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes", "rss_bytes")
-HOST_COLUMNS = ("heap_bytes", "rss_bytes")
 
 T = TypeVar("T")
 

@@ -23,6 +23,14 @@ SCHEMA_VERSION = 1
 HEADER = "header"
 #: A record with this type ends one iteration (forward-filled: absent keys kept their last value).
 STEP = "step"
+
+# Which column shows memory growth best, in order of preference. On an
+# accelerator its allocator counts every tensor. Without one, the C heap's
+# in-use bytes (glibc mallinfo2: CPU tensor storages are malloc'ed) are exact and
+# cheap every step; the live-tensor census is exact but sampled; RSS is the last
+# resort (it never shrinks after a free and counts Python objects too).
+MEMORY_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes", "rss_bytes")
+HOST_COLUMNS = ("heap_bytes", "rss_bytes")
 #: Something that happened once: an OOM, a warning, a snapshot dump, a probe that was skipped.
 EVENT = "event"
 

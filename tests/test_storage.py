@@ -232,3 +232,16 @@ def test_detail_records_come_back_typed_by_step(tmp_path):
     assert [r.step for r in run.holders] == [4, 8] and run.holders[1].holders[0].count == 2
     assert run.births[0].cohorts[0].cycle == "grad"
     assert run.saved == [] and run.module_records == []
+
+
+def test_every_name_memleak_io_exports_is_what_its_module_defines():
+    import importlib
+
+    import memleak.io as io
+
+    for name in io.__all__:
+        module = importlib.import_module(f"memleak.io.{io._WHERE[name]}")
+        assert getattr(io, name) is getattr(module, name), name
+    assert sorted(io.__all__) == sorted(io._WHERE)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        io.nothing  # noqa: B018

@@ -32,14 +32,11 @@ from ..schema import Finding, Kind, Shape, to_jsonable
 from ..units import fmt_bytes
 from .growth_shape import MIN_POINTS, Verdict, classify, label_warmup, warmup_length
 from .lifetimes import own_adjusted
+from .thresholds import min_rel_growth
 from .trend import bin_series
 
 NAME = "growth"
 
-#: The rise must be this share of the series' level besides clearing the noise (growth_stats);
-#: RSS creeps benignly, so it needs more.
-MIN_REL_GROWTH = 0.001
-MIN_REL_GROWTH_HOST = 0.02
 #: Noise is never taken as smaller than this share of the level (allocator series are often exact).
 NOISE_FLOOR_REL = 1e-4
 
@@ -103,7 +100,7 @@ def analyze_growth(run: Run, column: str | None = None, min_rel: float | None = 
     raw_index, x, y = bin_series(x_raw, y_raw)
     floor = max(NOISE_FLOOR_REL * float(np.median(np.abs(y))), 1.0)
     if min_rel is None:
-        min_rel = MIN_REL_GROWTH_HOST if column == "rss_bytes" else MIN_REL_GROWTH
+        min_rel = min_rel_growth(column)
     w = warmup_length(x, y, floor)
     if len(y) - w < MIN_POINTS:
         first = int(raw_index[w])

@@ -15,7 +15,7 @@ from .trend import kendall, theil
 #: Kendall's tau must be significant at this level.
 ALPHA = 0.001
 #: The rise after the warm-up must be this many times the residual noise (robust SD), and a
-#: share of the series' level (growth.MIN_REL_GROWTH).
+#: share of the series' level (thresholds.MIN_REL_GROWTH).
 NOISE_K = 5.0
 #: Each half's slope must be at least SUSTAIN of the whole slope ("keeps its slope"), and
 #: the second half's may not fall below SUSTAIN of the first's, nor below KEEP of it beyond

@@ -23,7 +23,8 @@ import numpy as np
 from ..run import Run
 from ..schema import Finding, Kind, to_jsonable
 from ..units import fmt_bytes
-from .growth import MIN_POINTS, MIN_REL_GROWTH_HOST, Growth, analyze_growth
+from .growth import MIN_POINTS, Growth, analyze_growth
+from .thresholds import MIN_REL_GROWTH_HOST
 
 NAME = "workers"
 EVENT = "dataloader_workers"

@@ -18,7 +18,7 @@ from ..errors import RunFileError, UsageError
 from ..run import Run
 from ..schema import EVENT, HEADER, SCHEMA_VERSION, STEP
 from .codec import LAYOUT, MASK_BITS, Layout, layout_columns
-from .runfiles import second_writer, steps_in_order
+from .runfiles import second_writer
 from .validate import MAX_VALUE, SKIP_HINT, capped, fix_header, fix_step, parse_line, take_layout
 
 
@@ -380,3 +380,10 @@ def _check_header(path: Path, rec: dict) -> None:
             f"schema version {version!r} is not supported: this memleak reads version "
             f"{SCHEMA_VERSION}; use the memleak version that wrote the file",
         )
+
+
+def steps_in_order(steps: pd.DataFrame) -> bool:
+    """Whether no step number goes back (else the line-by-line reader says where two writers mixed)."""
+    if "step" not in steps or len(steps) < 2:
+        return True
+    return not bool((np.diff(steps["step"].to_numpy(dtype=np.float64)) < 0).any())

@@ -12,9 +12,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
 from ..errors import UsageError
 from ..schema import HEADER, STEP
 
@@ -180,10 +177,3 @@ def second_writer(n: int, rec: dict, last: dict[str, Any]) -> str | None:
 
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def steps_in_order(steps: pd.DataFrame) -> bool:
-    """Whether no step number goes back (else the line-by-line reader says where two writers mixed)."""
-    if "step" not in steps or len(steps) < 2:
-        return True
-    return not bool((np.diff(steps["step"].to_numpy(dtype=np.float64)) < 0).any())

@@ -10,13 +10,14 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..run import Run
 from ..schema import EVENT, HEADER, SCHEMA_VERSION, STEP
 from .codec import EXACT_INT, LAYOUT, MASK_BITS, MISSING, SIG_DIGITS, as_number, n_masks, prepare, round_sig
-from .reader import decode_lines, read_run_file, run_from_records, split_lines
 from .runfiles import create_run_file
+
+if TYPE_CHECKING:  # reading back imports pandas: only when a run is read
+    from ..run import Run
 
 log = logging.getLogger("memleak")
 
@@ -114,11 +115,15 @@ class RunWriter(RecordSink):
         """The file's records, then those kept in memory after writing stopped."""
         if not self.has_file:
             return self._records
+        from .reader import decode_lines, split_lines
+
         records, _, _ = decode_lines(self.path, split_lines(self.path.read_bytes()), errors="skip")
         return records + self._records
 
     def read(self) -> Run:
         """The run recorded so far: the file, and what memory kept after writing stopped."""
+        from .reader import read_run_file, run_from_records
+
         if self.stopped is None:
             return read_run_file(self.path)
         problem = self.stopped

@@ -49,14 +49,15 @@ LIVE_COLUMNS = (
 ReadNow = Callable[[str], "float | None"]
 
 
-def _trends_up(y, min_tau: float = 0.3, points: int = 200) -> bool:
-    """A cheap screen before the growth detector: Kendall's tau of the series against
-    time (on at most `points` evenly spaced values) is clearly positive. The detector
-    needs a far stronger trend to confirm a leak, so this only skips hopeless cases."""
+def _trends_up(y, min_rel: float, min_tau: float = 0.3, points: int = 200) -> bool:
+    """A cheap screen before the growth detector: the series rose by at least `min_rel` of its
+    level (the detector's own least growth, detect/thresholds.py) and Kendall's tau against
+    time (on at most `points` evenly spaced values) is clearly positive. The detector needs a
+    far stronger trend to confirm a leak, so this only skips hopeless cases."""
     import numpy as np
 
     y = y[~np.isnan(y)]
-    if len(y) < 8:
+    if len(y) < 8 or float(np.ptp(y)) < min_rel * float(np.median(np.abs(y))):
         return False
     if len(y) > points:
         y = y[np.linspace(0, len(y) - 1, points).astype(int)]
@@ -87,9 +88,10 @@ class LiveCheck:
         # growth an earlier live check saw, not yet confirmed (detect/lifetimes.py)
         self.pending: LiveState | None = None
         self.confirmed = False
-        # heap bytes the check's own collections freed: garbage the run would have kept longer,
-        # so a drop memleak caused; the tracker takes it off the host series like its own bytes
-        self.freed = 0.0
+        # heap bytes the check itself changed since the tracker last took them: + what its first
+        # imports keep, - what its own collections freed (garbage the run would have kept longer:
+        # a drop memleak caused); the tracker counts them as its own, off the host series
+        self.own_delta = 0.0
 
     def append(self, step: int, values: dict[str, Any]) -> None:
         """Keep the live columns of step `step` (every `stride`-th step), halving the rows at LIVE_ROWS."""
@@ -109,6 +111,8 @@ class LiveCheck:
         earlier check saw (the live check needs two looks at a growth before it calls it a leak)."""
         if self.seconds <= _LIVE_CHECK_BUDGET * elapsed:
             return True
+        if self.pending is None:
+            return False  # nothing to confirm (and the detector may not be imported yet)
         from ..detect.lifetimes import ripe
 
         if ripe(self.pending, step) and self.extra < _LIVE_EXTRA_CHECKS:
@@ -138,14 +142,21 @@ class LiveCheck:
         if self.confirmed:
             return None
         import numpy as np
+
+        from ..detect.thresholds import min_rel_growth
+        from ..schema import MEMORY_COLUMNS
+
+        series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self.series.items()}
+        if not any(_trends_up(series[col], min_rel_growth(col)) for col in MEMORY_COLUMNS if col in series):
+            return None  # the usual case, a clean run: no need for the full (~10 ms) analysis
+        t0 = time.perf_counter()
+        self.own_delta += _import_detector(read_now)
+        self.seconds -= time.perf_counter() - t0  # once a process, like a start: not the checks' budget
         import pandas as pd
 
         from ..detect.growth import analyze_growth
-        from ..run import MEMORY_COLUMNS, Run
+        from ..run import Run
 
-        series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self.series.items()}
-        if not any(_trends_up(series[col]) for col in MEMORY_COLUMNS if col in series):
-            return None  # the usual case, a clean run: no need for the full (~10 ms) analysis
         steps = pd.DataFrame(series)
         try:
             growth = analyze_growth(Run(meta, steps.dropna(axis=1, how="all")))
@@ -176,7 +187,7 @@ class LiveCheck:
         if verdict != "leak":
             if self.pending is not None and not was_pending:
                 # garbage older than this growth must not count as given back later
-                self.freed += _collect(read_now)
+                self.own_delta -= _collect(read_now)
             return False
         return not self._gc_gives_back(growth, x[-1] - x[pending_rows - 1], step, sink, read_now)
 
@@ -192,7 +203,7 @@ class LiveCheck:
         freed = _collect(read_now)
         after = read_now(growth.column)
         if after is None or not gc_returned(growth.slope, span, before, after):
-            self.freed += freed  # garbage unrelated to the growth
+            self.own_delta -= freed  # garbage unrelated to the growth
             return False
         self.pending = None
         sink.event("gc_returned", step=step, column=growth.column, freed_bytes=before - after)
@@ -200,6 +211,21 @@ class LiveCheck:
             "memleak: %s grew, but a garbage collection gave back %d bytes: not a leak", growth.column, before - after
         )
         return True
+
+
+def _import_detector(read_now: ReadNow) -> float:
+    """Import the growth detector (pandas and scipy: ~125 MiB of RSS, ~20 MiB of it on the C heap)
+    when a run's screen first sees memory rise, not at its start: a clean run never pays for it.
+    Returns the heap bytes the import kept, memleak's own (0 when already imported or unread)."""
+    import sys
+
+    if "memleak.detect.growth" in sys.modules:
+        return 0.0
+    before = read_now("heap_bytes")
+    from ..detect import growth  # noqa: F401
+
+    after = read_now("heap_bytes")
+    return 0.0 if before is None or after is None else after - before
 
 
 def _collect(read_now: ReadNow) -> float:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from ..errors import UsageError
-from ..io import RecordSink, RunWriter, run_from_records
+from ..io import RecordSink, RunWriter
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
 from ..schema import DEFAULT_LEVEL, DETAIL_EVENT, Boundary, DetailReason, Level
 from . import running
@@ -142,12 +142,14 @@ class Tracker:
             self.sink.event("probe_skipped", probe=name, reason=why)
         if self.record_history:
             self._start_history()
-        # Import what the live check needs before the first step: importing pandas and scipy
-        # mid-run (at step 16) would add ~20 MiB to the C heap and RSS this run measures.
-        from ..detect import growth  # noqa: F401
         from ..probes.host import heap_counter
 
         self._heap = heap_counter()
+        if self._heap is None:
+            # The live check imports its detector (pandas, scipy) once memory rises; what that
+            # import keeps is measured on the C heap and counted as memleak's own. Without a heap
+            # counter it cannot be: imported now, before the series begin.
+            from ..detect import growth  # noqa: F401
         self._t0 = self._t_step = time.perf_counter()
         if self._auto is not None:
             self._set_detail(0, *self._auto.begin())
@@ -311,8 +313,8 @@ class Tracker:
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
             live.run(step, self.meta, self._started_sink(), self._read_now, self._on_leak_confirmed)
-            self._own_bytes -= int(live.freed)  # what its collections freed is a drop memleak made
-            live.freed = 0.0
+            self._own_bytes += int(live.own_delta)  # its imports, less what its collections freed
+            live.own_delta = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
             self._begin(step)
 
@@ -374,6 +376,8 @@ class Tracker:
             raise UsageError("nothing was recorded: the tracker was never started")
         if isinstance(self.sink, RunWriter):
             return self.sink.read()
+        from ..io import run_from_records
+
         return run_from_records(self.sink.records)
 
     def report(self) -> Report:
