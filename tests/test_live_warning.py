@@ -131,6 +131,8 @@ def test_the_cheap_screen_passes_growth_and_stops_flat_noise():
     assert sum(flat) < 0.05 * len(flat)
     assert not _trends_up(1e8 + 1e3 * steps, 1e-3)  # steady, but under the detector's least growth
     assert _trends_up(1e8 + 1e4 * steps, 1e-3)
+    warm_up = np.where(steps < 4, 1e8, 1.01e8) + 10 * steps  # a jump while warming up, then flat
+    assert not _trends_up(warm_up, 1e-3)
     assert not _trends_up(np.full(40, 1e8), 1e-3)
     assert not _trends_up(np.array([np.nan] * 40), 1e-3)
 

@@ -50,14 +50,19 @@ ReadNow = Callable[[str], "float | None"]
 
 
 def _trends_up(y, min_rel: float, min_tau: float = 0.3, points: int = 200) -> bool:
-    """A cheap screen before the growth detector: the series rose by at least `min_rel` of its
-    level (the detector's own least growth, detect/thresholds.py) and Kendall's tau against
-    time (on at most `points` evenly spaced values) is clearly positive. The detector needs a
-    far stronger trend to confirm a leak, so this only skips hopeless cases."""
+    """A cheap screen before the growth detector: the last quarter of the series sits above its
+    first quarter (medians) by at least half the share `min_rel` of its level that the detector
+    needs (detect/thresholds.py: a warm-up jump followed by a flat line does not), and Kendall's
+    tau against time (on at most `points` evenly spaced values) is clearly positive. The
+    detector needs far more to confirm a leak, so this only skips hopeless cases."""
     import numpy as np
 
     y = y[~np.isnan(y)]
-    if len(y) < 8 or float(np.ptp(y)) < min_rel * float(np.median(np.abs(y))):
+    if len(y) < 8:
+        return False
+    quarter = len(y) // 4
+    rise = float(np.median(y[-quarter:]) - np.median(y[:quarter]))
+    if rise < 0.5 * min_rel * abs(float(np.median(y))):
         return False
     if len(y) > points:
         y = y[np.linspace(0, len(y) - 1, points).astype(int)]
@@ -144,10 +149,12 @@ class LiveCheck:
         import numpy as np
 
         from ..detect.thresholds import min_rel_growth
-        from ..schema import MEMORY_COLUMNS
+        from ..schema import HOST_COLUMNS, MEMORY_COLUMNS
 
         series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self.series.items()}
-        if not any(_trends_up(series[col], min_rel_growth(col)) for col in MEMORY_COLUMNS if col in series):
+        own = np.nan_to_num(series["memleak_bytes"])  # off the host series, as the detector takes it
+        screened = {col: series[col] - own if col in HOST_COLUMNS else series[col] for col in MEMORY_COLUMNS}
+        if not any(_trends_up(y, min_rel_growth(col)) for col, y in screened.items()):
             return None  # the usual case, a clean run: no need for the full (~10 ms) analysis
         t0 = time.perf_counter()
         self.own_delta += _import_detector(read_now)

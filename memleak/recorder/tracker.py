@@ -289,22 +289,23 @@ class Tracker:
         values: dict[str, Any] = {"step": step, "time": round(now - self._t0, 6), "duration": round(seconds, 6)}
         if self._boundaries.optimizer_steps is not None:
             values["optimizer_steps"] = self._boundaries.optimizer_steps
+        heap = self._heap
+        heap0 = heap() if heap is not None else 0
         for probe in list(self._probes):
             try:
                 values.update(probe.sample(step, seconds))
             except Exception as e:  # a probe bug must not break the user's training loop
                 self._turn_off(probe, e)
         sampled = time.perf_counter() - now
-        heap = self._heap
         if heap is not None:
             values["memleak_bytes"] = self._own_bytes
-            heap0 = heap()
         self._started_sink().step(values)
         live = self._live
         live.append(step, values)
         if heap is not None:
-            # what this bookkeeping kept on the heap (the live columns, in-memory records) is
-            # memleak's own memory, taken off the host series before they are judged
+            # what the probes' samples and this bookkeeping kept on the heap (their tables, the
+            # live columns, in-memory records) is memleak's own memory, taken off the host series
+            # before they are judged; the user's code does not run in between
             self._own_bytes += heap() - heap0
         if self._auto is not None:
             change = self._auto.after(step, seconds + sampled, now - self._t0, live.series)
