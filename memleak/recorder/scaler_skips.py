@@ -29,6 +29,7 @@ import torch
 import torch.optim.optimizer as optimizer_hooks
 
 from ..probes.frames import is_locals_snapshot, release_snapshots
+from .outside_compile import outside_dynamo
 
 MAX_FRAMES = 8  # scaler.step -> _maybe_opt_step -> the optimizer's step wrapper -> its hooks -> here
 
@@ -79,7 +80,7 @@ class ScalerSkips:
                 if counter is not None and optimizer is not counter._ending():
                     counter._others += 1
 
-            self._handle = optimizer_hooks.register_optimizer_step_post_hook(post)
+            self._handle = optimizer_hooks.register_optimizer_step_post_hook(outside_dynamo(post))
 
     def remove(self) -> None:
         if self._handle is not None:
