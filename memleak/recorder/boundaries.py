@@ -88,6 +88,7 @@ class Boundaries:
         self.backward_since = False  # a backward pass through the model since the last optimizer step
         self._param: Callable[[], Any] = lambda: None  # the parameter whose gradient shows skipped steps
         self._grad: tuple[Any, int] | None = None  # its gradient (weakly) after the last backward pass, and version
+        self._done: Callable[[], None] | None = None  # the backward pass's end callback, once made
         self._model_ref: Callable[[], Any] = lambda: None
         self._model_id = 0
         self._handles: list[Any] = []
@@ -273,17 +274,24 @@ class Boundaries:
         ):  # gradients reset with no step since the last pass: that iteration ended without one
             self.backward_since = False
             self.skips_seen += 1
-        me = weakref.ref(self)
-
-        def done():
-            b = me()
-            if b is not None and b.active:
-                b._on_backward_end()
-
         try:
-            torch.autograd.Variable._execution_engine.queue_callback(outside_dynamo(done))  # type: ignore[attr-defined]
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_end_callback())  # type: ignore[attr-defined]
         except RuntimeError:  # not inside a backward pass after all
             pass
+
+    def _backward_end_callback(self) -> Callable[[], None]:
+        """What the autograd engine calls when the backward pass ends; made once (keeping it out of
+        dynamo costs microseconds a wrap), holding these boundaries weakly."""
+        if self._done is None:
+            me = weakref.ref(self)
+
+            def done() -> None:
+                b = me()
+                if b is not None and b.active:
+                    b._on_backward_end()
+
+            self._done = outside_dynamo(done)
+        return self._done
 
     def _on_backward_end(self) -> None:
         self.backward_since = True
