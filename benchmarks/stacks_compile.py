@@ -2,6 +2,7 @@
 Lightning fit: whole-loop time, tracked over untracked, per level.
 
     python benchmarks/stacks_compile.py [--rounds 5] [--steps 30] [--stacks compile,hf,lightning,ddp,fsdp2]
+        [--levels counters,modules,full,auto]
 
 The method of benchmarks/stacks.py (benchmarks/paired.py): per round, every (stack, level) block and its untracked block run in a
 shuffled order; a block is the whole loop (or the whole fit), timed end to end (wall clock and
@@ -34,7 +35,7 @@ from torch import nn  # noqa: E402
 import memleak  # noqa: E402
 from paired import measure  # noqa: E402
 
-LEVELS = ("counters", "modules", "full")
+LEVELS = ("counters", "modules", "full", "auto")
 D = 128
 
 

@@ -12,13 +12,15 @@ Sources, strongest first (`schema.Boundary`); once a stronger one is seen, weake
 
   - the GradScaler's own updates (`scaler_skips.py`): one per iteration, read from outside any
     compiled region, so this one works for compiled models too;
-  - a gradient hook on one parameter of that optimizer (eager models only: no hook goes into
-    compiled code; parameters pickle and copy without their hooks): a backward pass reaching it
-    with its gradient reset (``zero_grad``) since the last backward pass and no optimizer step in
-    between ends an iteration that had no step (a loop that skips the step itself, without a
-    scaler). Backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and with
-    several optimizers any one's step counts as a step in between: a GAN's discriminator step may
-    follow a backward pass that also wrote the generator's gradients.
+  - a gradient hook on one parameter of that optimizer (parameters pickle and copy without their
+    hooks): a backward pass reaching it with its gradient reset (``zero_grad``) since the last
+    backward pass and no optimizer step in between ends an iteration that had no step (a loop that
+    skips the step itself, without a scaler); so does tracking's end in that state. The autograd
+    engine calls it outside compiled code, so it works for compiled models too; where a compiled
+    function calls ``backward()`` itself, dynamo is kept out of the hook (`outside_compile.py`).
+    Backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and with several
+    optimizers any one's step counts as a step in between: a GAN's discriminator step may follow a
+    backward pass that also wrote the generator's gradients.
 - with ``auto`` (``memleak run``, where the loop cannot call ``tracker.step()``), when no optimizer
   step was seen: each backward pass through the model's output (weights updated by hand), and
   before any backward pass, each call of the model (inference). ``memleak.track`` leaves them off:
@@ -47,6 +49,7 @@ import torch.nn.modules.module as module_hooks
 from ..probes.identity import is_compiled
 from ..probes.scaler import find_scaler
 from ..schema import Boundary
+from .outside_compile import outside_dynamo
 from .scaler_skips import ScalerSkips
 
 STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
@@ -85,6 +88,7 @@ class Boundaries:
         self.backward_since = False  # a backward pass through the model since the last optimizer step
         self._param: Callable[[], Any] = lambda: None  # the parameter whose gradient shows skipped steps
         self._grad: tuple[Any, int] | None = None  # its gradient (weakly) after the last backward pass, and version
+        self._done: Callable[[], None] | None = None  # the backward pass's end callback, once made
         self._model_ref: Callable[[], Any] = lambda: None
         self._model_id = 0
         self._handles: list[Any] = []
@@ -103,10 +107,10 @@ class Boundaries:
         if optimizers:
             self.optimizer_steps = 0
             self.scaler_skips.start(optimizers[-1], find_scaler(sys._getframe(1)))
-        if is_compiled(model):
-            return  # under torch.compile, Python hooks would run inside the compiled region
         if optimizers and self.mode is Boundary.OPTIMIZER:
-            self._hook_parameter(optimizers[-1])
+            self._hook_parameter(optimizers[-1])  # the autograd engine calls it, compiled model or not
+        if is_compiled(model):
+            return  # under torch.compile, module hooks would run inside the compiled region
         if model is None or self.mode is not None or not self.auto:
             return
         self._model_ref, self._model_id = weakref.ref(model), id(model)
@@ -139,7 +143,10 @@ class Boundaries:
             if b is not None:
                 b._on_optimizer_step(ending)
 
-        self._opt_handles += [opt.register_step_pre_hook(pre), opt.register_step_post_hook(post)]
+        self._opt_handles += [
+            opt.register_step_pre_hook(outside_dynamo(pre)),
+            opt.register_step_post_hook(outside_dynamo(post)),
+        ]
 
     def _hook_parameter(self, opt: Any) -> None:
         """A gradient hook on the first trainable parameter of `opt`: each backward pass that reaches
@@ -148,7 +155,7 @@ class Boundaries:
         if p is None:
             return
         self._param = weakref.ref(p)
-        self._opt_handles.append(p.register_hook(self._backward_start_hook()))
+        self._opt_handles.append(p.register_hook(outside_dynamo(self._backward_start_hook())))
 
     def follow(self, optimizer: Any) -> None:
         """From now on `optimizer` ends each iteration (``memleak run``: another optimizer took over,
@@ -195,9 +202,12 @@ class Boundaries:
 
     def flush(self) -> None:
         """When tracking ends: record the iteration a hook saw end, if any, and those skipped after
-        the last optimizer step (a GradScaler updated after it)."""
+        the last optimizer step (a GradScaler updated after it, or gradients reset after the last
+        backward pass with no step in between, as the next backward pass would have seen)."""
         self._record_pending()
         if self.mode is Boundary.OPTIMIZER and self.active:
+            if self.backward_since and not self.in_step and self._grads_reset():
+                self.skips_seen += 1
             self._end_skipped(self.scaler_skips.at_close())
 
     def drop_pending(self) -> None:
@@ -264,17 +274,24 @@ class Boundaries:
         ):  # gradients reset with no step since the last pass: that iteration ended without one
             self.backward_since = False
             self.skips_seen += 1
-        me = weakref.ref(self)
-
-        def done():
-            b = me()
-            if b is not None and b.active:
-                b._on_backward_end()
-
         try:
-            torch.autograd.Variable._execution_engine.queue_callback(done)  # type: ignore[attr-defined]
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_end_callback())  # type: ignore[attr-defined]
         except RuntimeError:  # not inside a backward pass after all
             pass
+
+    def _backward_end_callback(self) -> Callable[[], None]:
+        """What the autograd engine calls when the backward pass ends; made once (keeping it out of
+        dynamo costs microseconds a wrap), holding these boundaries weakly."""
+        if self._done is None:
+            me = weakref.ref(self)
+
+            def done() -> None:
+                b = me()
+                if b is not None and b.active:
+                    b._on_backward_end()
+
+            self._done = outside_dynamo(done)
+        return self._done
 
     def _on_backward_end(self) -> None:
         self.backward_since = True

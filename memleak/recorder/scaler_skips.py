@@ -5,8 +5,7 @@ sees that iteration end. Its ``update()`` runs every iteration all the same, and
 scale in place: the scale tensor's version counter goes up by one per ``update()``. At an optimizer
 step (inside ``scaler.step()``, before that iteration's ``update()``), the updates since the last
 step, less the one that followed it, are the iterations whose step was skipped. Reading a version
-counter neither syncs the device nor touches compiled code, so this works for compiled models too,
-where no hook may be put on the parameters.
+counter neither syncs the device nor touches compiled code, so this works for compiled models too.
 
 The scaler is the one whose ``step()`` is calling the optimizer (found a few frames up), or, for
 skips before the first step, the one in sight when tracking starts. Both are held weakly.
@@ -14,8 +13,7 @@ skips before the first step, the one in sight when tracking starts. Both are hel
 One update per iteration holds only while no other optimizer steps between two steps of the one
 that ends iterations: a WGAN's critic may step (and the scaler update) five times per generator
 step, a GAN's two optimizers share one update. A global step hook counts the other optimizers'
-steps; where any stepped, the updates are not counted (the gradient hook in `boundaries.py` still
-sees eager models' skips there).
+steps; where any stepped, the updates are not counted.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ import torch
 import torch.optim.optimizer as optimizer_hooks
 
 from ..probes.frames import is_locals_snapshot, release_snapshots
+from .outside_compile import outside_dynamo
 
 MAX_FRAMES = 8  # scaler.step -> _maybe_opt_step -> the optimizer's step wrapper -> its hooks -> here
 
@@ -79,7 +78,7 @@ class ScalerSkips:
                 if counter is not None and optimizer is not counter._ending():
                     counter._others += 1
 
-            self._handle = optimizer_hooks.register_optimizer_step_post_hook(post)
+            self._handle = optimizer_hooks.register_optimizer_step_post_hook(outside_dynamo(post))
 
     def remove(self) -> None:
         if self._handle is not None:

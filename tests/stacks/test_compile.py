@@ -189,3 +189,101 @@ def test_a_step_the_grad_scaler_skips_still_ends_its_iteration(default_mode):
     assert len(run.steps) == 12
     assert [e["step"] for e in run.events if e["event"] == "step_skipped"] == list(skipped)
     assert dynamo_counts() == before
+
+
+def skipping_loop(model, opt, xs, skipped, pattern):
+    """A loop that skips ``optimizer.step()`` itself, without a GradScaler: "non-finite" makes the
+    loss NaN in the `skipped` iterations and resets the gradients when it sees it; "on a condition"
+    resets them first each iteration and steps only outside `skipped`."""
+    losses = []
+    for i, x in enumerate(xs):
+        if pattern == "on a condition":
+            opt.zero_grad()
+        loss = model(x).pow(2).mean() * (float("nan") if pattern == "non-finite" and i in skipped else 1.0)
+        loss.backward()
+        losses.append(loss.item())
+        if pattern == "non-finite" and not torch.isfinite(loss):
+            opt.zero_grad()
+            continue
+        if i not in skipped:
+            opt.step()
+        if pattern == "non-finite":
+            opt.zero_grad()
+    return losses
+
+
+
+SKIPS = {"non-finite": (0, 4, 5, 11), "on a condition": (0, 4, 5, 10)}  # the first, two in a row, the last
+
+
+def same_loop_untracked_then_tracked(model, watched, opt, run_loop):
+    """`run_loop()` untracked, then from the same weights tracked (on `watched`) at level counters:
+    (untracked losses, tracked losses, the closed tracker, dynamo's counts before and after the
+    tracked run: equal when tracking compiled nothing)."""
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    untracked = run_loop()
+    model.load_state_dict(start)  # copied in place: the compiled code is reused
+    before = dynamo_counts()
+    with memleak.track(watched, optimizer=opt, level="counters") as t:
+        tracked = run_loop()
+    return list(map(repr, untracked)), list(map(repr, tracked)), t, (before, dynamo_counts())  # repr: NaN too
+
+
+@pytest.mark.parametrize("pattern", SKIPS)
+@pytest.mark.parametrize("kind", ["compiled", "eager"])
+def test_a_loop_that_skips_its_step_itself_still_ends_each_iteration(default_mode, kind, pattern):
+    # no scaler: the gradient hook on a parameter (called by the autograd engine, outside compiled
+    # code) sees the gradients reset with no step since the last backward pass, compiled or not
+    model, compiled, opt = default_mode["model"], default_mode["compiled"], default_mode["opt"]
+    loop(compiled, opt, batches(1, seed=9))  # compiled again if another fixture reset dynamo since
+    watched, skipped, xs = compiled if kind == "compiled" else model, SKIPS[pattern], batches(12, seed=5)
+    untracked, tracked, t, (before, after) = same_loop_untracked_then_tracked(
+        model, watched, opt, lambda: skipping_loop(watched, opt, xs, skipped, pattern))
+    assert tracked == untracked
+    assert after == before
+    run = t.run()
+    assert len(run.steps) == 12
+    assert [e["step"] for e in run.events if e["event"] == "step_skipped"] == list(skipped)
+    assert run.steps["optimizer_steps"].iloc[-1] == 12 - len(skipped)
+
+
+def test_gradient_accumulation_under_compile_is_one_iteration_per_optimizer_step(default_mode):
+    compiled, opt = default_mode["compiled"], default_mode["opt"]
+    loop(compiled, opt, batches(1, seed=9))  # compiled again if another fixture reset dynamo since
+    before = dynamo_counts()
+    with memleak.track(compiled, optimizer=opt, level="counters") as t:
+        for i, x in enumerate(batches(24, seed=6)):
+            if i % 4 == 0:
+                opt.zero_grad()
+            (compiled(x).pow(2).mean() / 4).backward()  # four backward passes per step: no reset between
+            if i % 4 == 3:
+                opt.step()
+    assert t.iterations == 6
+    assert not [e for e in t.run().events if e["event"] == "step_skipped"]
+    assert dynamo_counts() == before
+
+
+def test_a_compiled_function_that_calls_backward_skipping_steps(default_mode):
+    # backward() inside a compiled function runs after a graph break, with dynamo watching the
+    # frames it calls: memleak's hooks run with dynamo off, so nothing more is compiled
+    model, opt = default_mode["model"], default_mode["opt"]
+
+    @torch.compile(backend="eager")  # dynamo alone: what it compiles is what this test counts
+    def forward_backward(x):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    def run_loop():
+        losses = []
+        for i, x in enumerate(batches(12, seed=7)):
+            opt.zero_grad()
+            losses.append(forward_backward(x).item())
+            if i not in (3, 4):
+                opt.step()
+        return losses
+
+    untracked, tracked, t, (before, after) = same_loop_untracked_then_tracked(model, model, opt, run_loop)
+    assert tracked == untracked
+    assert after == before and before["graph_breaks"] >= 1  # backward() did break the graph
+    assert [e["step"] for e in t.run().events if e["event"] == "step_skipped"] == [3, 4]
