@@ -13,7 +13,6 @@ leave an inert Tagging behind, until memleak next runs in that thread.
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any, Protocol
 
 import torch
@@ -31,8 +30,6 @@ class Tagger(Protocol):
     """What a Tagging reports to (the TensorProbe; a protocol, so that this module need not import it)."""
 
     n_tags: int
-    _mode: Any  # the deep step's Tagging, if one is on
-    _paused: Tagging | None
 
     def _tag(self, out: Any) -> None: ...
 
@@ -101,32 +98,6 @@ class Tagging:
         self.hooks.__enter__()
         self.mode: _BirthMode | None = _BirthMode(self)
         self.mode.__enter__()
-        self.paused_at: int | None = None  # the mode stack's length while `pause` has the mode off it
-
-    def pause(self) -> bool:
-        """Take the mode off this thread's stack for a while (an optimizer step, where no tensor is the
-        user's); whether it was. Only from its thread, and only when it is on top."""
-        if self.mode is None or self.paused_at is not None or threading.get_ident() != self.thread:
-            return False
-        n = torch._C._len_torch_function_stack()
-        if not (n and torch._C._get_function_stack_at(n - 1) is self.mode):
-            return False
-        torch._C._pop_torch_function_stack()
-        self.paused_at = n - 1
-        return True
-
-    def resume(self) -> None:
-        """Put the paused mode back; if the stack changed meanwhile (a mode pushed and left open),
-        it stays off for the rest of the step rather than go on top of someone else's."""
-        if self.paused_at is None or threading.get_ident() != self.thread:
-            return
-        at, self.paused_at = self.paused_at, None
-        if self.mode is None:
-            return
-        if self.probe is not None and torch._C._len_torch_function_stack() == at:
-            torch._C._push_on_torch_function_stack(self.mode)
-        else:
-            self.mode = None
 
     def pack(self, t: torch.Tensor) -> Any:
         p = self.probe
@@ -150,9 +121,6 @@ class Tagging:
     def _pop(self) -> str | None:
         """Pop the mode, then the hooks, each only if on top of this thread's stack; None when both went."""
         n = torch._C._len_torch_function_stack()
-        if self.mode is not None and self.paused_at is not None:  # paused: already off the stack
-            self.mode = None
-            self.paused_at = None
         if self.mode is not None:
             if not (n and torch._C._get_function_stack_at(n - 1) is self.mode):
                 return "a torch function mode was left open over memleak's"
@@ -184,44 +152,3 @@ def sweep() -> None:
     if left:
         with _lock:
             _inert.setdefault(me, [])[:0] = reversed(left)
-
-
-def _only_torch_optim(optimizer: Any, args: tuple, kwargs: dict) -> bool:
-    """A step of a torch.optim optimizer that runs none of the user's code: no closure (it would run
-    the user's forward), no step hook but memleak's (a hook may create the user's tensors)."""
-    if not type(optimizer).__module__.startswith("torch.optim"):
-        return False
-    if len(args) > 1 or kwargs.get("closure") is not None:
-        return False
-    from torch.optim import optimizer as optim_hooks
-
-    hooks = (
-        optimizer._optimizer_step_pre_hooks,
-        optimizer._optimizer_step_post_hooks,
-        optim_hooks._global_optimizer_pre_hooks,
-        optim_hooks._global_optimizer_post_hooks,
-    )
-    return all(getattr(h, "__module__", "").startswith("memleak.") for d in hooks for h in d.values())
-
-
-def optimizer_pauses(probe: Tagger) -> list[Any]:
-    """Global optimizer-step hooks that take the deep step's mode off while a torch.optim optimizer
-    steps: its hundreds of foreach calls make no tensor of the user's (creation sites in torch.optim
-    are never tagged), yet each would pass through the mode. Returns the hook handles."""
-    from torch.optim import optimizer as optim_hooks
-
-    me = weakref.ref(probe)
-
-    def pre(optimizer: Any, args: tuple, kwargs: dict) -> None:
-        p = me()
-        mode = None if p is None else p._mode
-        if isinstance(mode, Tagging) and _only_torch_optim(optimizer, args, kwargs) and mode.pause():
-            p._paused = mode  # type: ignore[union-attr]
-
-    def post(optimizer: Any, args: tuple, kwargs: dict) -> None:
-        p = me()
-        if p is not None and p._paused is not None:
-            paused, p._paused = p._paused, None
-            paused.resume()
-
-    return [optim_hooks.register_optimizer_step_pre_hook(pre), optim_hooks.register_optimizer_step_post_hook(post)]

@@ -46,7 +46,7 @@ from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
 from .referrers import name_by_referrers
 from .survivors import Survivors, birth_cohorts, cohorts_per_site, group_births, name_site, saved_cohorts
-from .tagging import MAX_TAGS, Box, Tagging, optimizer_pauses, stacks_empty, sweep
+from .tagging import MAX_TAGS, Box, Tagging, stacks_empty, sweep
 
 # Deep steps whose tags are kept for checking.
 MAX_COHORTS = 12
@@ -91,8 +91,6 @@ class TensorProbe(Probe):
         if not self.tagging:
             why = "the model is compiled: no creation sites or saved-tensor tracking"
             ctx.emit(RecordType.EVENT, Event("probe_limited", {"probe": self.name, "reason": why}).to_dict())
-        self._paused: Tagging | None = None
-        self._opt_hooks = optimizer_pauses(self) if self.tagging else []
         return {"deep_budget": self.budget}
 
     # ------------------------------------------------------------ tagging
@@ -280,9 +278,6 @@ class TensorProbe(Probe):
                 del self.saved_tagged[k]
 
     def stop(self) -> None:
-        for h in getattr(self, "_opt_hooks", []):
-            h.remove()
-        self._opt_hooks = []
         self._end_tagging()
         sweep()
         self.prev_roots = {}
