@@ -75,9 +75,12 @@ class CensusProbe(Probe):
     def start(self, ctx: ProbeContext) -> dict[str, Any]:
         self.device = str(ctx.device)
         self.budget = float(ctx.options.get("census_budget", 0.05))
-        # seconds of step time not yet paid for: the first step always gets one (a start-up cost:
-        # the survivor checks of short runs lean on it; level auto's young steps run as full does)
-        self.credit = float("inf")
+        # step time's share earned and not yet spent on censuses. The first step always gets one (the
+        # survivor checks of short runs lean on it; level auto's young steps run as full does); it
+        # is paid back like any other before the next, so the budget holds over the run, first
+        # census included, from the time it has paid for one census on.
+        self.credit = 0.0
+        self.first = True
         self.last_cost = 0.0
         self.window: bool | None = None  # the auto level's window: None at a fixed level
         return {"census_budget": self.budget}
@@ -89,13 +92,14 @@ class CensusProbe(Probe):
         if self.window is False:  # the auto level between windows: no census, no credit
             return {"tensor_bytes": None, "tensor_count": None}
         self.credit += step_seconds * self.budget
-        if self.credit < self.last_cost:
+        if not self.first and self.credit < self.last_cost:
             return {"tensor_bytes": None, "tensor_count": None}
+        self.first = False
         t0 = time.perf_counter()
         with torch._C.DisableTorchFunction():  # another probe's TorchFunctionMode may still be on
             census = take_census()
         self.last_cost = time.perf_counter() - t0
-        self.credit = 0.0
+        self.credit = min(self.credit, self.last_cost) - self.last_cost  # this one paid; no credit saved up
         nbytes, count = census.get(self.device, (0, 0))
         values: dict[str, Any] = {"tensor_bytes": nbytes, "tensor_count": count, "census_seconds": self.last_cost}
         if self.device != "cpu" and "cpu" in census:

@@ -106,6 +106,9 @@ class ModuleProbe(Probe):
                 self.paths.append(path)
             self.index[id(m)] = i
         n = len(self.paths)
+        # one backward hook of each kind per module row, made once (not one closure per call)
+        self.bw_start = [self._bw_start_hook(i) for i in range(n)]
+        self.bw_end = [self._bw_end_hook(i) for i in range(n)]
         self.calls = [0] * n
         self.fwd = [0] * n
         self.bwd = [0] * n
@@ -117,6 +120,7 @@ class ModuleProbe(Probe):
         self.next_detail: float = 1
         self.window: bool | None = None  # the auto level's window: None at a fixed level
         self.budget = float(ctx.options.get("modules_budget", 0.03))
+        self.plain: float | None = None  # the time of a step without hooks (a moving average)
         self.scan = ctx.level == "modules"
         self.ages = Ages()
         self.hooked = not is_compiled(model)  # Python hooks in a compiled forward break its graphs
@@ -141,7 +145,7 @@ class ModuleProbe(Probe):
                 for t in _tensors(inputs, 2):
                     gf = t.grad_fn
                     if gf is not None:
-                        self.node_handles.append(gf.register_prehook(self._bw_end_hook(i)))
+                        self.node_handles.append(gf.register_prehook(self.bw_end[i]))
                         break
             except Exception:  # a hook must never break the user's forward
                 pass
@@ -164,7 +168,7 @@ class ModuleProbe(Probe):
                 for t in _tensors(output, 1):
                     gf = t.grad_fn
                     if gf is not None:
-                        self.node_handles.append(gf.register_prehook(self._bw_start_hook(i)))
+                        self.node_handles.append(gf.register_prehook(self.bw_start[i]))
             except Exception:  # a hook must never break the user's forward
                 pass
 
@@ -201,6 +205,8 @@ class ModuleProbe(Probe):
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
         if not self.detail:
+            # a step without hooks: the yardstick for what the hooks cost inside a detail step
+            self.plain = step_seconds if self.plain is None else 0.8 * self.plain + 0.2 * step_seconds
             return {}
         t0 = time.perf_counter()
         self.detail = False
@@ -214,8 +220,10 @@ class ModuleProbe(Probe):
         self.bw_open.clear()
         with torch._C.DisableTorchFunction():  # the TensorProbe's mode may still be on
             self._emit(step)
-        cost = time.perf_counter() - t0
-        gap = max(MIN_GAP, int(cost / max(step_seconds * self.budget, 1e-9)) + 1)
+        plain = self.plain or step_seconds
+        # what this detail step cost: its hooks inside the step (the slower step) and its record
+        cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0
+        gap = max(MIN_GAP, math.ceil(cost / max(plain * self.budget, 1e-9)))
         self.next_detail = step + (WINDOW_GAP if self.window else min(gap, MAX_GAP))
         return {}
 

@@ -1,0 +1,150 @@
+"""What tracking costs per step, in microseconds, and what it costs once, on the loop of
+`benchmarks/overhead.py` (CPU, one thread): memleak's own time, measured where it is spent.
+
+    python benchmarks/step_cost.py [--levels counters modules full auto] [--steps 300] [--rounds 5]
+
+On a shared 2-core machine the difference of two whole loops of 20 ms steps is noise of a few
+hundred microseconds a step: too coarse for costs of tens. So the cost is measured in parts, in
+process CPU time, each where memleak spends it:
+
+- start, close: `tracker.start()` and `tracker.close()` themselves (ms);
+- first: step 0 beyond the untracked loop's step 0 (the first census, first-use set-up) (ms);
+- boundary: `tracker.step()` itself (every probe's sample, the census, the reference walks, the
+  record written), per step over the steady steps 33..end (us);
+- hooks: what the probes' hooks and modes add inside the user's step: on each step that ran with
+  hooks in (module hooks, the creation-site mode, saved-tensor hooks), its step minus the median of
+  the hook-free steps around it in the same loop, summed and spread over the steady steps (us);
+- steady: boundary + hooks, per step; `x`: 1 + steady / the untracked step.
+
+Steps 1..32 (level auto runs them as level full does) are left out of the steady figures: their
+cost is auto's start-up. Each figure is the median over rounds; the hook-free steps' own extra
+(the always-on optimizer hooks, a few microseconds) is not measurable this way and not counted.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import memleak  # noqa: E402
+from memleak.probes.tagging import Tagging  # noqa: E402
+from overhead import make  # noqa: E402
+
+YOUNG = 32
+NEAR = 8  # hook-free steps on each side that a hooked step is compared with
+clock = time.process_time
+
+
+def hooked(tracker) -> bool:
+    """Whether a probe has hooks or a mode in for the step that begins now."""
+    if tracker is None:
+        return False
+    return any(getattr(p, "handles", None) or isinstance(getattr(p, "_mode", None), Tagging) for p in tracker._probes)
+
+
+def block(model, opt, steps: int, level: str | None, out: Path) -> dict:
+    """CPU seconds of one loop's parts: start, each step's body and boundary, close."""
+    g = torch.Generator().manual_seed(1)
+    data = [torch.randint(0, 256, (16, 33), generator=g) for _ in range(8)]
+    tracker = memleak.track(model, optimizer=opt, level=level, out=out, overwrite=True) if level else None
+    t0 = clock()
+    if tracker is not None:
+        tracker.start()
+    t1 = clock()
+    body, call, hook = [], [], []
+    try:
+        for i in range(steps):
+            hook.append(hooked(tracker))
+            s = clock()
+            tokens = data[i % len(data)]
+            logits = model(tokens[:, :-1])
+            loss = nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss.item()
+            m = clock()
+            if tracker is not None:
+                tracker.step()
+            call.append(clock() - m)
+            body.append(m - s)
+    finally:
+        t2 = clock()
+        if tracker is not None:
+            tracker.close()
+        t3 = clock()
+    return {"start": t1 - t0, "close": t3 - t2, "body": body, "call": call, "hooked": hook}
+
+
+def hook_seconds(body: list[float], hooked: list[bool], lo: int) -> float:
+    """Summed over steps lo.. that ran with hooks: the step minus the median of nearby hook-free steps."""
+    total = 0.0
+    for i in range(lo, len(body)):
+        if not hooked[i]:
+            continue
+        near = [body[j] for j in range(max(lo, i - NEAR), min(len(body), i + NEAR + 1)) if not hooked[j]]
+        if near:
+            total += body[i] - statistics.median(near)
+    return total
+
+
+def parts(b: dict) -> dict[str, float]:
+    n = len(b["body"]) - YOUNG - 1
+    boundary = sum(b["call"][YOUNG + 1 :]) / n
+    hooks = hook_seconds(b["body"], b["hooked"], YOUNG + 1) / n
+    return {"start": b["start"], "first": b["body"][0] + b["call"][0], "boundary": boundary, "hooks": hooks,
+            "steady": boundary + hooks, "close": b["close"],
+            "hooked": sum(b["hooked"][YOUNG + 1 :]) / n}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--levels", nargs="+", default=["counters", "modules", "full", "auto"])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args(argv)
+    if args.steps < 2 * YOUNG:
+        ap.error(f"--steps: at least {2 * YOUNG}")
+    torch.set_num_threads(1)
+    random.seed(0)
+    logging.getLogger("memleak").setLevel(logging.ERROR)
+    model, opt = make(torch.device("cpu"))
+    levels = [None, *args.levels]
+    got: dict = {lv: [] for lv in levels}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        for lv in levels:  # warm up: first-use imports and caches
+            block(model, opt, 2 * YOUNG, lv, out)
+        for _ in range(args.rounds):
+            order = list(levels)
+            random.shuffle(order)
+            for lv in order:
+                got[lv].append(block(model, opt, args.steps, lv, out))
+    base = statistics.median(statistics.median(b["body"]) for b in got[None])
+    print(f"cpu, {args.steps} steps a block, {args.rounds} rounds: untracked step {base * 1e6:.0f} us CPU (median)")
+    print(f"  {'level':9} {'start ms':>9} {'first ms':>9} {'boundary us':>12} {'hooks us':>9} {'steady us':>10}"
+          f" {'close ms':>9} {'x':>6} {'hooked':>7}")
+    for lv in args.levels:
+        rows = [parts(b) for b in got[lv]]
+        m = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        # step 0 ends inside optimizer.step() (it ends iterations until tracker.step() takes over)
+        m["first"] = statistics.median(b["body"][0] + b["call"][0] - u["body"][0] for b, u in zip(got[lv], got[None]))
+        print(f"  {lv:9} {m['start'] * 1e3:9.1f} {m['first'] * 1e3:9.1f} {m['boundary'] * 1e6:12.0f} "
+              f"{m['hooks'] * 1e6:9.0f} {m['steady'] * 1e6:10.0f} {m['close'] * 1e3:9.1f} "
+              f"{1 + m['steady'] / base:6.3f} {m['hooked']:7.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
