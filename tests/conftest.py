@@ -1,4 +1,3 @@
-import gc
 import os
 
 import pytest
@@ -19,16 +18,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
-
-
-def pytest_collection_finish(session):
-    """Everything collection made (torch, the test modules, their data) lives to the end of the
-    session: frozen, the garbage collections that memleak and the tests run (each a second or
-    more in a process that has imported torch) need not walk it again and again."""
-    if os.environ.get("MEMLEAK_TESTS_NO_GC_FREEZE"):
-        return
-    gc.collect()
-    gc.freeze()
 
 
 def _keep_shared_fixtures_on_one_worker(items):

@@ -145,8 +145,8 @@ def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected,
         )
         graph["bps"] = max(graph["bps"], bps)
         return
-    loc = g.holder or g.site
     hkind, kind, cycle = _survivor_kind(g, hkinds)
+    loc = g.holder or _cycle_holder(g) or g.site
     conf = _confidence(b, g, cyclic)
     f = findings.get(loc)
     if f is None:
@@ -163,6 +163,13 @@ def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected,
     f["total"] = max(f["total"], sum(per))
     f["evidence"].extend(_survivor_evidence(b, g, cyclic, bps))
     f["data"].setdefault("sites", []).append(g.site)
+
+
+def _cycle_holder(g: _Group) -> str:
+    """What holds tensors no name reaches, when the cycle they sit in says: a custom autograd
+    Function's ctx (``Fn.ctx``, as a holder named through it reads ``Fn.ctx.attr``); else ""."""
+    mark = cycles.cycle_mark(g.cohorts.values(), g.holder)
+    return f"{mark[4:]}.ctx" if mark.startswith("ctx:") else ""
 
 
 def _survivor_kind(g: _Group, hkinds) -> tuple[str, Kind, tuple[Kind, str, str] | None]:
