@@ -35,11 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
+from overhead import make, train_step  # noqa: E402
 
 import memleak  # noqa: E402
 from memleak.probes.tagging import Tagging  # noqa: E402
-from overhead import make  # noqa: E402
 
 BUDGETS = {"census": 0.05, "tensors": 0.10, "modules": 0.03, "live check": 0.005}
 NEAR = 8
@@ -87,12 +86,7 @@ def block(model, opt, steps: int, level: str, out: Path) -> tuple[float, dict[st
             on.append(hooks_in(tracker))
             s = clock()
             tokens = data[i % len(data)]
-            logits = model(tokens[:, :-1])
-            loss = nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss.item()
+            train_step(model, opt, tokens)
             body.append(clock() - s)
             tracker.step()
     finally:

@@ -90,6 +90,16 @@ def make(device, d=64, layers=4):
     return model, opt
 
 
+def train_step(model, opt, tokens):
+    """One step of the loop: next-token cross-entropy, backward, AdamW, the loss read."""
+    logits = model(tokens[:, :-1])
+    loss = nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    loss.item()
+
+
 def block(model, opt, device, steps, level, out=None):
     """(wall seconds, CPU seconds) of the whole loop: tracker start, `steps` steps, close."""
     g = torch.Generator().manual_seed(1)
@@ -108,12 +118,7 @@ def block(model, opt, device, steps, level, out=None):
     try:
         for i in range(steps):
             tokens = data[i % len(data)]
-            logits = model(tokens[:, :-1])
-            loss = nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss.item()
+            train_step(model, opt, tokens)
             if tracker is not None:
                 tracker.step()
     finally:
