@@ -119,6 +119,7 @@ def mutate(data: bytes, steps: list[tuple]) -> bytes:
 def check_run_file(path: Path) -> None:
     """Either each way of loading works and the run is analysed and printed, or RunFileError
     names the file in one line."""
+    analysed = None
     for errors in ("raise", "skip"):
         try:
             run = memleak.load(path, errors=errors)
@@ -126,8 +127,11 @@ def check_run_file(path: Path) -> None:
             message = str(e)
             assert message.startswith(f"{path}: ") and "\n" not in message and len(message) < 2000, message
             continue
-        report = memleak.analyze(run)
-        assert str(report) and len(run.problems) <= 21
+        assert len(run.problems) <= 21
+        if analysed is not None and run.steps.equals(analysed.steps) and run.meta == analysed.meta:
+            continue  # what loaded is what was just analysed: the same again proves nothing more
+        assert str(memleak.analyze(run))
+        analysed = run
 
 
 @pytest.fixture(scope="module")

@@ -97,11 +97,12 @@ def measure_peak(step_fn: Callable[[int], Any], batch_size: int, device, warmup:
     if device.type != "cpu":
         raise UsageError(f"headroom measures on CUDA or CPU, not {device.type}: pass peaks= measured there")
     peak = 0.0
-    for _ in range(repeats):
+    for i in range(repeats):
+        if i:  # the last repeat's cyclic garbage must not raise this one's peak
+            gc.collect()
         with _HeapPeak() as hp:
             step_fn(batch_size)
         peak = max(peak, float(hp.peak))
-        gc.collect()
     return peak
 
 

@@ -290,7 +290,11 @@ class Tracker:
         if self._boundaries.optimizer_steps is not None:
             values["optimizer_steps"] = self._boundaries.optimizer_steps
         heap = self._heap
-        heap0 = heap() if heap is not None else 0
+        heap0 = 0
+        if heap is not None:
+            # the heap as the user's step left it, read once: the step's heap_bytes and the base
+            # memleak's own bytes are measured from (each read walks glibc's free lists)
+            values["heap_bytes"] = heap0 = heap()
         for probe in list(self._probes):
             try:
                 values.update(probe.sample(step, seconds))
