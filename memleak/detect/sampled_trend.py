@@ -65,10 +65,11 @@ def _theil(x: np.ndarray, v: np.ndarray) -> float:
     return float(np.median(slopes)) if slopes else 0.0
 
 
-def plateaued(x: np.ndarray, v: np.ndarray, min_rise: float) -> bool:
+def plateaued(steps, values, min_rise: float) -> bool:
     """Whether the series ends in a flat stretch (two sampled intervals or more, none rising) so
     long that, at the rate it grew before, it would have gained clearly more than nothing: it
     filled and stopped (a replay buffer, a cache at its capacity), it does not leak."""
+    x, v = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
     start = len(v) - 1
     while start > 0 and v[start - 1] >= v[start]:
         start -= 1
