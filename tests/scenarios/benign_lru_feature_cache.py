@@ -38,7 +38,7 @@ def run(tracker_factory, steps=30):
     teacher, student = MLP(hidden=128, d_out=16), MLP(d_out=16)
     opt = torch.optim.SGD(student.parameters(), lr=0.01)
     pool = torch.randn(40, 64, 32, generator=g)  # 40 samples of 64 rows each
-    cache = LRUCache(capacity=12)
+    cache = LRUCache(capacity=6)
     with tracker_factory(student, optimizer=opt) as tracker:
         for step in range(steps):
             i = int(torch.randint(0, len(pool), (1,), generator=g))
