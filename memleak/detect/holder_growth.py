@@ -12,7 +12,7 @@ from ..schema import Kind
 from ..units import fmt_bytes
 from .culprit_fixes import NODES_LOWER_BOUND, culprit_fix
 from .culprit_table import Entries, entry
-from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, sustained_rise
+from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, keeps_new_highs, sustained_rise
 
 #: Graph nodes a holder must gain before a growing graph counts.
 MIN_NODE_RISE = 8
@@ -72,6 +72,10 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None]) -> _HolderSer
     n_tr = sustained_rise(nsteps, nvals, MIN_NODE_RISE)
     if n_tr and not _spans_steps(rows):
         n_tr = None  # a bigger graph each step, built afresh (a growing curriculum), not one kept
+    count_trend = sustained_rise(steps, count, MIN_COUNT_RISE)
+    bytes_trend = sustained_rise(steps, nbytes, 1024, rel_rise=0.5) if max(nbytes) > 0 else None
+    if bytes_trend and not count_trend and not keeps_new_highs(steps, nbytes):
+        bytes_trend = None  # as many tensors as before, of sizes that merely vary (random lengths)
     return _HolderSeries(
         steps=steps,
         count=count,
@@ -80,8 +84,8 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None]) -> _HolderSer
         nodes=nodes,
         old=_col(rows, "old"),
         last=next(r for r in reversed(rows) if r is not None),
-        count_trend=sustained_rise(steps, count, MIN_COUNT_RISE),
-        bytes_trend=sustained_rise(steps, nbytes, 1024, rel_rise=0.5) if max(nbytes) > 0 else None,
+        count_trend=count_trend,
+        bytes_trend=bytes_trend,
         node_trend=n_tr,
         cap_at=cap_at,
         node_steps=nsteps,
@@ -216,7 +220,7 @@ def buffer_findings(holders: Sequence[HoldersRecord], findings: Entries) -> None
     for p in paths:
         vals = [float((r.buffers.get(p) or [0, 0])[1]) for r in holders]
         tr = sustained_rise(steps, vals, 1024, rel_rise=0.2)
-        if tr is None:
+        if tr is None or not keeps_new_highs(steps, vals):  # one tensor whose size merely varies
             continue
         f = entry(findings, p, kind=Kind.CACHED_TENSOR)
         f.update(

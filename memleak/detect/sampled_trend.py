@@ -1,14 +1,28 @@
 """Growth across the TensorProbe's sampled deep steps: too few points for a significance
-test, so growth is a rise that is mostly monotone and still climbing in the second half."""
+test, so growth is a rise that is mostly monotone and still climbing in the second half, and
+that has not stopped for its last stretch of samples (a cache that filled to its capacity)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .trend import kendall
+
 #: Fewest samples (deep steps) on which a growth can be judged.
 MIN_SAMPLES = 3
 #: Tensors a holder must gain over the run before its count counts as growth.
 MIN_COUNT_RISE = 2
+#: A flat stretch at the end stops a growth when, at the rate before it, the series would have
+#: gained this many times its smallest rise there (a steady leak gains it; a full cache gains nothing).
+PLATEAU_MIN_RISES = 2.0
+#: ... and at least this share of what it gained before the stretch.
+PLATEAU_SHARE = 0.25
+#: Sizes that merely vary (one tensor a step of a random length) rise on a few samples by chance;
+#: a size that grows sets a new high on most samples, or trends for long (this many samples, at
+#: a Kendall p-value this small).
+NEW_HIGH_SHARE = 0.75
+LONG_TREND_SAMPLES = 8
+LONG_TREND_P = 0.001
 
 
 def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_rise: float = 0.0) -> dict | None:
@@ -28,9 +42,9 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
     mid = n // 2
     if not (v[-1] > v[mid] and v[mid] >= v[0]):  # still growing in the second half: not a filling cache
         return None
-    # Theil-Sen slope per step
-    slopes = [(v[j] - v[i]) / (x[j] - x[i]) for i in range(n) for j in range(i + 1, n) if x[j] > x[i]]
-    slope = float(np.median(slopes)) if slopes else 0.0
+    if plateaued(x, v, min_rise):
+        return None
+    slope = _theil(x, v)
     mono = pos / (n - 1)
     conf = 0.5 + 0.45 * min(1.0, mono * min(1.0, (n - 1) / 5))
     return {
@@ -42,3 +56,43 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
         "confidence": round(conf, 3),
         "span": int(x[-1] - x[0]),
     }
+
+
+def _theil(x: np.ndarray, v: np.ndarray) -> float:
+    """Theil-Sen slope per step (the median of the pairwise slopes)."""
+    n = len(v)
+    slopes = [(v[j] - v[i]) / (x[j] - x[i]) for i in range(n) for j in range(i + 1, n) if x[j] > x[i]]
+    return float(np.median(slopes)) if slopes else 0.0
+
+
+def plateaued(steps, values, min_rise: float) -> bool:
+    """Whether the series ends in a flat stretch (two sampled intervals or more, none rising) so
+    long that, at the rate it grew before, it would have gained clearly more than nothing: it
+    filled and stopped (a replay buffer, a cache at its capacity), it does not leak."""
+    x, v = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    start = len(v) - 1
+    while start > 0 and v[start - 1] >= v[start]:
+        start -= 1
+    if len(v) - 1 - start < 2 or start < 2:  # a stretch of two intervals, after a rise of two
+        return False
+    before = _theil(x[: start + 1], v[: start + 1])
+    expected = before * (x[-1] - x[start])
+    gained = v[start] - v[0]
+    return gained > 0 and expected >= max(PLATEAU_MIN_RISES * min_rise, PLATEAU_SHARE * gained)
+
+
+def keeps_new_highs(steps: list[int], values: list[float]) -> bool:
+    """Whether `values` (a holder's bytes while its tensor count stays the same) grow beyond the
+    range of sizes seen: a new high on most samples, the last one included, or a long significant
+    trend. Sizes drawn at random (sequence lengths) rise on a few samples only by chance."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < MIN_SAMPLES:
+        return False
+    highs = np.maximum.accumulate(v)
+    new = v[1:] > highs[:-1]
+    if new[-1] and new.mean() >= NEW_HIGH_SHARE:
+        return True
+    if len(v) < LONG_TREND_SAMPLES:
+        return False
+    tau, p = kendall(np.asarray(steps, dtype=float), v)
+    return bool(tau > 0 and p < LONG_TREND_P)

@@ -16,6 +16,7 @@ from ..units import fmt_bytes
 from . import cycles
 from .culprit_fixes import culprit_fix
 from .culprit_table import Entries, entry
+from .sampled_trend import MIN_COUNT_RISE, plateaued
 
 #: Share of the checked deep steps whose tensors must still be alive for a site to accumulate.
 MIN_SURVIVING_SHARE = 0.6
@@ -36,6 +37,7 @@ class _Births:
     records: Sequence[BirthsRecord]
     groups: list[Groups]  # one per record
     deep: list[int]  # the sampled deep steps
+    holders: Sequence[HoldersRecord]  # the walks, for the counts of the holders named
 
     def eligible_at(self, step: int) -> list[int]:
         """The last deep steps at least two steps before `step`, whose tensors should be gone by then."""
@@ -73,7 +75,7 @@ def birth_findings(births: Sequence[BirthsRecord], holders: Sequence[HoldersReco
     if not births:
         return
     deep = sorted({r.step for r in holders}) or sorted({c.born for r in births for c in r.cohorts})
-    b = _Births(births, [_alive_by_key(r) for r in births], deep)
+    b = _Births(births, [_alive_by_key(r) for r in births], deep, holders)
     cyclic = _collected_cycles(b, hkinds)
     marked = _cycle_marked(b.groups)
     for key in set(b.groups[-1]) | set(cyclic) | set(marked):
@@ -111,7 +113,7 @@ def _group(b: _Births, key: Key, cyclic: Collected, marked: Groups) -> _Group | 
     cohorts = b.groups[-1].get(key, {})
     alive = sorted(born for born in cohorts if born in b.eligible)
     gc_freed = key in cyclic
-    accumulating = _accumulating(alive, b.eligible, b.step)
+    accumulating = _accumulating(alive, b.eligible, b.step) and not _filled(b.holders, key[1])
     if not (accumulating or gc_freed or key in marked):
         return None
     marked_only = key in marked and not (accumulating or gc_freed)
@@ -232,6 +234,18 @@ def _alive_by_key(record: BirthsRecord) -> Groups:
     for c in record.cohorts:
         groups[(c.site, c.holder or "")][c.born] = c
     return groups
+
+
+def _filled(holders: Sequence[HoldersRecord], holder: str) -> bool:
+    """Whether the named `holder` stopped growing: its tensor count ends in a long flat stretch
+    (sampled_trend.plateaued). Its old tensors that survive are a full cache's entries still in
+    use (an LRU cache's hits, a ring buffer's slots), not an accumulation."""
+    if not holder:
+        return False
+    rows = [(r.step, row.count) for r in holders for row in r.holders if row.holder == holder]
+    if len(rows) < MIN_COHORTS or rows[-1][0] != holders[-1].step:
+        return False
+    return plateaued([s for s, _ in rows], [c for _, c in rows], MIN_COUNT_RISE)
 
 
 def _accumulating(alive: list[int], eligible: list[int], step: int) -> bool:

@@ -1,0 +1,112 @@
+"""Growth on sampled deep steps needs corroboration: a holder that keeps as many tensors as before
+leaks only if their size keeps setting new highs, and a growth that ends in a long flat stretch
+filled (a cache at its capacity), it does not leak. Pure detector tests on synthetic records."""
+
+from __future__ import annotations
+
+from memleak.detect.holder_growth import buffer_findings, holder_findings
+from memleak.detect.sampled_trend import keeps_new_highs, plateaued, sustained_rise
+from memleak.records import HolderRow, HoldersRecord
+
+KIB = 1024
+
+
+def _records(steps, counts, nbytes, holder="cache", buffers=None):
+    return [
+        HoldersRecord(
+            step=s,
+            holders=(HolderRow(holder=holder, kind="local", count=c, bytes=b),),
+            buffers={"rope.cos": [b // 4, b]} if buffers else {},
+        )
+        for s, c, b in zip(steps, counts, nbytes, strict=True)
+    ]
+
+
+def _leaks(records) -> set[str]:
+    found: dict = {}
+    holder_findings(records, {}, None, found, set())
+    buffer_findings(records, found)
+    return {loc for loc, f in found.items() if f["leak"]}
+
+
+def test_a_cache_that_filled_and_stayed_full_is_no_leak():
+    # an LRU cache of 11 entries sampled at full level: it fills over 18 steps, then stays full for 8
+    steps = [1, 7, 9, 11, 14, 18, 20, 26]
+    filled = [1, 6, 6, 7, 10, 11, 11, 11]
+    assert plateaued(steps, filled, 2)
+    assert sustained_rise(steps, filled, 2) is None
+    assert _leaks(_records(steps, filled, [c * 4 * KIB for c in filled])) == set()
+    # the same start that goes on growing is a leak
+    growing = [1, 6, 6, 7, 10, 11, 13, 16]
+    assert sustained_rise(steps, growing, 2) is not None
+    assert _leaks(_records(steps, growing, [c * 4 * KIB for c in growing])) == {"cache"}
+
+
+def test_a_slow_leak_sampled_between_its_rises_is_still_a_leak():
+    # one tensor every 4 steps, sampled every 3: two flat intervals at the end are expected at that rate
+    steps = [0, 3, 6, 9, 12, 15, 18, 21, 23, 24]
+    flat_tail = [0, 0, 1, 2, 3, 3, 4, 5, 5, 5]
+    assert not plateaued(steps, flat_tail, 2)  # at 0.25 a step it would gain 0.25 * 6 < 2 * 2 tensors
+    assert sustained_rise(steps, flat_tail, 2) is not None
+
+
+def test_one_tensor_whose_size_merely_varies_is_no_leak():
+    # one tensor a step of a random sequence length: four of five sampled intervals happen to rise,
+    # but the sizes stay within the range already seen (the 40 KiB of the second sample)
+    steps = [2, 6, 9, 14, 18, 23]
+    sizes = [8 * KIB, 40 * KIB, 12 * KIB, 20 * KIB, 30 * KIB, 38 * KIB]
+    assert sustained_rise(steps, sizes, KIB, rel_rise=0.5) is not None  # what alone used to make a leak
+    assert not keeps_new_highs(steps, sizes)
+    assert _leaks(_records(steps, [1] * 6, sizes)) == set()
+    assert _leaks(_records(steps, [1] * 6, sizes, buffers=True)) == set()
+
+
+def test_one_tensor_that_grows_every_step_is_a_leak():
+    # a buffer concatenated to every step: a new high on every sample
+    steps = [2, 6, 9, 14, 18, 23]
+    sizes = [s * 2 * KIB for s in steps]
+    assert keeps_new_highs(steps, sizes)
+    assert _leaks(_records(steps, [1] * 6, sizes)) == {"cache"}
+    assert "rope.cos" in _leaks(_records(steps, [1] * 6, sizes, buffers=True))
+
+
+def test_a_long_significant_trend_counts_even_with_dips():
+    # twelve samples that rise with two dips: not a new high each time, but a trend no chance makes
+    steps = list(range(0, 36, 3))
+    sizes = [10, 14, 13, 18, 22, 21, 26, 30, 33, 37, 40, 44]
+    assert keeps_new_highs(steps, [s * KIB for s in sizes])
+    # the same values in a random order are no trend
+    assert not keeps_new_highs(steps, [s * KIB for s in [22, 10, 37, 14, 30, 13, 44, 18, 21, 26, 33, 40]])
+
+
+def test_a_table_that_grows_to_the_longest_length_seen_is_no_leak():
+    # a rotary cos/sin table recomputed only for a longer sequence: a running maximum that stops
+    steps = [1, 4, 8, 11, 15, 19, 22, 26, 29]
+    sizes = [k * KIB for k in [40, 70, 70, 88, 93, 93, 93, 93, 93]]
+    assert not keeps_new_highs(steps, sizes)
+    assert _leaks(_records(steps, [1] * 9, sizes, buffers=True)) == set()
+
+
+def _survivors_leak(counts) -> bool:
+    """Whether old tensors of `cache` that survive to the last walk make a leak, given its counts."""
+    from memleak.detect.survivors import birth_findings
+    from memleak.records import BirthCohort, BirthsRecord
+
+    steps = [1, 4, 7, 10, 13, 16, 19, 22, 25, 28]
+    holders = _records(steps, counts, [c * 4 * KIB for c in counts])
+    # the entries stored on most sampled steps are still in the cache at step 28 (hits kept them)
+    alive = tuple(
+        BirthCohort(born=s, site="train.py:9", holder="cache", count=1, bytes=4 * KIB)
+        for s in (4, 7, 10, 13, 16, 19, 22)
+    )
+    births = [BirthsRecord(step=s, cohorts=tuple(c for c in alive if c.born <= s - 2)) for s in steps]
+    found: dict = {}
+    birth_findings(births, holders, {"cache": "local"}, found)
+    return any(f["leak"] for f in found.values())
+
+
+def test_old_entries_of_a_full_cache_are_no_accumulation():
+    # an LRU cache that filled by step 13 and stayed full: some old entries survive, its size does not grow
+    assert not _survivors_leak([1, 3, 5, 8, 10, 10, 10, 10, 10, 10])
+    # the same survivors in a container that keeps growing accumulate
+    assert _survivors_leak([1, 3, 5, 8, 10, 12, 14, 16, 18, 20])
