@@ -49,7 +49,7 @@ import torch.nn.modules.module as module_hooks
 from ..probes.identity import is_compiled
 from ..probes.scaler import find_scaler
 from ..schema import Boundary
-from .outside_compile import outside_dynamo
+from .outside_compile import StepHooks, outside_dynamo
 from .scaler_skips import ScalerSkips
 
 STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
@@ -93,6 +93,7 @@ class Boundaries:
         self._model_id = 0
         self._handles: list[Any] = []
         self._opt_handles: list[Any] = []
+        self._step_hooks = StepHooks()  # the optimizers' step hooks, unseen by dynamo (outside_compile.py)
         self._node_handles: deque[Any] = deque(maxlen=MAX_NODE_HANDLES)
         self.active = False
 
@@ -133,20 +134,18 @@ class Boundaries:
     def _hook_optimizer(self, opt: Any, ending: bool) -> None:
         me = weakref.ref(self)
 
-        def pre(optimizer, args, kwargs):
+        def pre(optimizer: Any) -> None:
             b = me()
             if b is not None:
                 b.in_step += 1
 
-        def post(optimizer, args, kwargs):
+        def post(optimizer: Any) -> None:
             b = me()
             if b is not None:
                 b._on_optimizer_step(ending)
 
-        self._opt_handles += [
-            opt.register_step_pre_hook(outside_dynamo(pre)),
-            opt.register_step_post_hook(outside_dynamo(post)),
-        ]
+        self._step_hooks.add(opt.register_step_pre_hook, pre)
+        self._step_hooks.add(opt.register_step_post_hook, post)
 
     def _hook_parameter(self, opt: Any) -> None:
         """A gradient hook on the first trainable parameter of `opt`: each backward pass that reaches
@@ -162,6 +161,7 @@ class Boundaries:
         or the first one stepped after tracking began without one); this step of it ends one."""
         for h in (*self._opt_handles, *self._handles, *self._node_handles):  # the model's calls no longer matter
             h.remove()
+        self._step_hooks.remove()
         self._opt_handles.clear()
         self._handles.clear()
         self._node_handles.clear()
@@ -182,6 +182,7 @@ class Boundaries:
         self.scaler_skips.remove()
         for h in (*self._handles, *self._opt_handles, *self._node_handles):
             h.remove()
+        self._step_hooks.remove()
         self._handles.clear()
         self._opt_handles.clear()
         self._node_handles.clear()
