@@ -49,7 +49,7 @@ import torch.nn.modules.module as module_hooks
 from ..probes.identity import is_compiled
 from ..probes.scaler import find_scaler
 from ..schema import Boundary
-from .outside_compile import StepHooks, outside_dynamo
+from .outside_compile import outside_dynamo, step_hook
 from .scaler_skips import ScalerSkips
 
 STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
@@ -87,13 +87,14 @@ class Boundaries:
         self.in_step = 0  # inside some optimizer.step()
         self.backward_since = False  # a backward pass through the model since the last optimizer step
         self._param: Callable[[], Any] = lambda: None  # the parameter whose gradient shows skipped steps
-        self._grad: tuple[Any, int] | None = None  # its gradient (weakly) after the last backward pass, and version
+        # its gradient (weakly) after the last backward pass, the gradient's version and its own
+        self._grad: tuple[Any, int, int] | None = None
+        self.compiled = False  # an optimizer step was seen only by what it changed: it ran compiled
         self._done: Callable[[], None] | None = None  # the backward pass's end callback, once made
         self._model_ref: Callable[[], Any] = lambda: None
         self._model_id = 0
         self._handles: list[Any] = []
         self._opt_handles: list[Any] = []
-        self._step_hooks = StepHooks()  # the optimizers' step hooks, unseen by dynamo (outside_compile.py)
         self._node_handles: deque[Any] = deque(maxlen=MAX_NODE_HANDLES)
         self.active = False
 
@@ -118,12 +119,12 @@ class Boundaries:
         me = weakref.ref(self)
 
         def pre(module, args):
-            b = me()
+            b = None if torch.compiler.is_compiling() else me()  # traced by dynamo: empty (folded)
             if b is not None and id(module) == b._model_id and module is b._model_ref():
                 b._on_call()
 
         def post(module, args, output):
-            b = me()
+            b = None if torch.compiler.is_compiling() else me()
             if b is not None and id(module) == b._model_id and module is b._model_ref():
                 b._on_return(output)
 
@@ -144,8 +145,8 @@ class Boundaries:
             if b is not None:
                 b._on_optimizer_step(ending)
 
-        self._step_hooks.add(opt.register_step_pre_hook, pre)
-        self._step_hooks.add(opt.register_step_post_hook, post)
+        # empty where dynamo traces them: a step compiled whole is seen by `_stepped_unseen`
+        self._opt_handles += [opt.register_step_pre_hook(step_hook(pre)), opt.register_step_post_hook(step_hook(post))]
 
     def _hook_parameter(self, opt: Any) -> None:
         """A gradient hook on the first trainable parameter of `opt`: each backward pass that reaches
@@ -161,7 +162,6 @@ class Boundaries:
         or the first one stepped after tracking began without one); this step of it ends one."""
         for h in (*self._opt_handles, *self._handles, *self._node_handles):  # the model's calls no longer matter
             h.remove()
-        self._step_hooks.remove()
         self._opt_handles.clear()
         self._handles.clear()
         self._node_handles.clear()
@@ -182,7 +182,6 @@ class Boundaries:
         self.scaler_skips.remove()
         for h in (*self._handles, *self._opt_handles, *self._node_handles):
             h.remove()
-        self._step_hooks.remove()
         self._handles.clear()
         self._opt_handles.clear()
         self._node_handles.clear()
@@ -207,8 +206,7 @@ class Boundaries:
         backward pass with no step in between, as the next backward pass would have seen)."""
         self._record_pending()
         if self.mode is Boundary.OPTIMIZER and self.active:
-            if self.backward_since and not self.in_step and self._grads_reset():
-                self.skips_seen += 1
+            self._step_or_skip_since_backward()
             self._end_skipped(self.scaler_skips.at_close())
 
     def drop_pending(self) -> None:
@@ -240,6 +238,24 @@ class Boundaries:
             self._end_skipped(self.scaler_skips.at_step(sys._getframe(1)))
             self._end(Boundary.OPTIMIZER, False)
 
+    def _step_or_skip_since_backward(self) -> None:
+        """A backward pass starts, or tracking ends: whether the iteration of the last backward pass
+        ended with no step seen (gradients reset, weights as they were: a skipped step), or with one
+        no step hook saw (weights changed in place: the step ran inside compiled code)."""
+        if not self.backward_since or self.in_step:
+            return
+        if self._stepped_unseen():
+            self.backward_since = False
+            self.compiled = True
+            if self.optimizer_steps is not None:
+                self.optimizer_steps += 1
+            self._record_pending()
+            self._end_skipped(0)
+            self._end(Boundary.OPTIMIZER, False)
+        elif self._grads_reset():
+            self.backward_since = False
+            self.skips_seen += 1
+
     def _on_call(self) -> None:
         if self.mode is not Boundary.CALL and not self.in_step:
             self._record_pending()
@@ -270,11 +286,8 @@ class Boundaries:
         pass each queue the end callback: what it does may be done twice)."""
         if self.mode is Boundary.CALL:
             return
-        if (
-            self.mode is Boundary.OPTIMIZER and self.backward_since and not self.in_step and self._grads_reset()
-        ):  # gradients reset with no step since the last pass: that iteration ended without one
-            self.backward_since = False
-            self.skips_seen += 1
+        if self.mode is Boundary.OPTIMIZER:
+            self._step_or_skip_since_backward()
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_end_callback())  # type: ignore[attr-defined]
         except RuntimeError:  # not inside a backward pass after all
@@ -302,12 +315,20 @@ class Boundaries:
             self.mode = self.pending = Boundary.BACKWARD
 
     # ------------------------------------------------------------ gradients
-    def _grad_state(self) -> tuple[Any, int] | None:
-        """The hooked parameter's gradient (weakly) and its version: zero_grad drops it
-        (set_to_none) or zeroes it in place."""
+    def _grad_state(self) -> tuple[Any, int, int] | None:
+        """The hooked parameter's gradient (weakly) and its version (zero_grad drops it, set_to_none,
+        or zeroes it in place), and the parameter's own version (an optimizer step updates it in
+        place)."""
         p = self._param()
         g = None if p is None else p.grad
-        return None if g is None else (weakref.ref(g), g._version)
+        return None if g is None or p is None else (weakref.ref(g), g._version, p._version)
+
+    def _stepped_unseen(self) -> bool:
+        """The hooked parameter changed in place since the last backward pass, and no step hook ran:
+        the optimizer stepped inside a compiled function, where dynamo traced its hooks away
+        (outside_compile.py)."""
+        state, p = self._grad, self._param()
+        return state is not None and p is not None and p._version != state[2]
 
     def _grads_reset(self) -> bool:
         state, p = self._grad, self._param()

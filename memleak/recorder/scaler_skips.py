@@ -27,7 +27,7 @@ import torch
 import torch.optim.optimizer as optimizer_hooks
 
 from ..probes.frames import is_locals_snapshot, release_snapshots
-from .outside_compile import StepHooks
+from .outside_compile import step_hook
 
 MAX_FRAMES = 8  # scaler.step -> _maybe_opt_step -> the optimizer's step wrapper -> its hooks -> here
 
@@ -63,13 +63,13 @@ class ScalerSkips:
         self._updates_since = 0  # updates expected since then: 1 after a step, 0 at the start
         self._ending: Callable[[], Any] = _none  # the optimizer whose steps end iterations
         self._others = 0  # steps of other optimizers since its last step
-        self._hooks: StepHooks | None = None
+        self._handle: Any = None
 
     def start(self, ending: Any, scaler: Any = None) -> None:
         """Count from now on the skipped steps of `ending`, the optimizer whose steps end
         iterations; `scaler`: the one in sight when tracking starts, if any."""
         self._ending = weakref.ref(ending)
-        if self._hooks is None:
+        if self._handle is None:
             self._remember(scaler, updates_since=0)
             me = weakref.ref(self)
 
@@ -78,13 +78,13 @@ class ScalerSkips:
                 if counter is not None and optimizer is not counter._ending():
                     counter._others += 1
 
-            self._hooks = StepHooks()  # unseen by dynamo in a compiled step (outside_compile.py)
-            self._hooks.add(optimizer_hooks.register_optimizer_step_post_hook, post)
+            # empty where dynamo traces it: a compiled step adds no skip to count (outside_compile.py)
+            self._handle = optimizer_hooks.register_optimizer_step_post_hook(step_hook(post))
 
     def remove(self) -> None:
-        if self._hooks is not None:
-            self._hooks.remove()
-            self._hooks = None
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
 
     def at_step(self, frame: Any) -> int:
         """At a step of the optimizer that ends iterations, called from `frame`: the iterations

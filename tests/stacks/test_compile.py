@@ -322,7 +322,7 @@ def compiled_whole_step(level, steps, kept=None):
                 # call that bounded over 24 steps, and level full, which names `kept`, is not one of these)
                 kept.append(loss * torch.ones(16384))
     counts = dynamo_counts()
-    counts["train_step_versions"] = len(_debug_get_cache_entry_list(train_step))
+    counts["train_step_versions"] = len(_debug_get_cache_entry_list(train_step._torchdynamo_orig_callable))
     assert not left_installed([model], [opt])
     return losses, tracker, counts
 
