@@ -49,7 +49,7 @@ import torch.nn.modules.module as module_hooks
 from ..probes.identity import is_compiled
 from ..probes.scaler import find_scaler
 from ..schema import Boundary
-from .outside_compile import outside_dynamo, step_hook
+from .outside_compile import add_step_hook, outside_dynamo
 from .scaler_skips import ScalerSkips
 
 STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
@@ -146,7 +146,10 @@ class Boundaries:
                 b._on_optimizer_step(ending)
 
         # empty where dynamo traces them: a step compiled whole is seen by `_stepped_unseen`
-        self._opt_handles += [opt.register_step_pre_hook(step_hook(pre)), opt.register_step_post_hook(step_hook(post))]
+        self._opt_handles += [
+            add_step_hook(opt.register_step_pre_hook, opt._optimizer_step_pre_hooks, pre),
+            add_step_hook(opt.register_step_post_hook, opt._optimizer_step_post_hooks, post),
+        ]
 
     def _hook_parameter(self, opt: Any) -> None:
         """A gradient hook on the first trainable parameter of `opt`: each backward pass that reaches

@@ -13,10 +13,16 @@ moved the breaks torch's optimizer makes: 3 instead of 4). So a step hook first 
 the compiled step is what it is without memleak (no break, no guard, no global dynamo setting).
 It then never runs for a step compiled that way; `boundaries.py` sees such a step from the
 parameters it changed (`Boundaries._stepped_unseen`).
+
+Dynamo also guards on the keys of the optimizer's hook dicts (the handles' ids): a hook registered
+under a new id would recompile torch's step wrapper each time tracking starts on a step compiled
+before (its cache fills after 8 trackers). `add_step_hook` keys memleak's hooks the same way for
+every tracker: what dynamo compiled for one tracker serves the next.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -44,3 +50,14 @@ def step_hook(work: Callable[[Any], None]) -> Callable[[Any, Any, Any], None]:
         outside(optimizer)
 
     return hook
+
+
+def add_step_hook(register: Callable[[Any], Any], hooks: dict[Any, Any], work: Callable[[Any], None]) -> Any:
+    """``register(step_hook(work))`` (an optimizer's ``register_step_post_hook``, or the global
+    one, whose dict is `hooks`), keyed ``("memleak", n)`` with the first n free, not by the
+    handle's new id; returns the handle, which removes it as usual."""
+    handle = register(step_hook(work))
+    key = next(k for k in (("memleak", n) for n in itertools.count()) if k not in hooks)
+    hooks[key] = hooks.pop(handle.id)  # the same place: at the end, after the user's hooks
+    handle.id = key
+    return handle

@@ -27,7 +27,7 @@ import torch
 import torch.optim.optimizer as optimizer_hooks
 
 from ..probes.frames import is_locals_snapshot, release_snapshots
-from .outside_compile import step_hook
+from .outside_compile import add_step_hook
 
 MAX_FRAMES = 8  # scaler.step -> _maybe_opt_step -> the optimizer's step wrapper -> its hooks -> here
 
@@ -79,7 +79,9 @@ class ScalerSkips:
                     counter._others += 1
 
             # empty where dynamo traces it: a compiled step adds no skip to count (outside_compile.py)
-            self._handle = optimizer_hooks.register_optimizer_step_post_hook(step_hook(post))
+            self._handle = add_step_hook(
+                optimizer_hooks.register_optimizer_step_post_hook, optimizer_hooks._global_optimizer_post_hooks, post
+            )
 
     def remove(self) -> None:
         if self._handle is not None:
