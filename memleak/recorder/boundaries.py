@@ -37,6 +37,7 @@ object only weakly, and does nothing once it is removed.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
 from collections import deque
@@ -209,7 +210,7 @@ class Boundaries:
         backward pass with no step in between, as the next backward pass would have seen)."""
         self._record_pending()
         if self.mode is Boundary.OPTIMIZER and self.active:
-            self._step_or_skip_since_backward()
+            self._step_or_skip_since_backward(in_backward=False)
             self._end_skipped(self.scaler_skips.at_close())
 
     def drop_pending(self) -> None:
@@ -241,7 +242,7 @@ class Boundaries:
             self._end_skipped(self.scaler_skips.at_step(sys._getframe(1)))
             self._end(Boundary.OPTIMIZER, False)
 
-    def _step_or_skip_since_backward(self) -> None:
+    def _step_or_skip_since_backward(self, in_backward: bool) -> None:
         """A backward pass starts, or tracking ends: whether the iteration of the last backward pass
         ended with no step seen (gradients reset, weights as they were: a skipped step), or with one
         no step hook saw (weights changed in place: the step ran inside compiled code)."""
@@ -254,7 +255,10 @@ class Boundaries:
                 self.optimizer_steps += 1
             self._record_pending()
             self._end_skipped(0)
-            self._end(Boundary.OPTIMIZER, False)
+            # in a backward pass (not at close) the autograd engine has turned gradients off; the
+            # loop that called backward() had them on: the step is recorded as the loop ran it
+            with torch.enable_grad() if in_backward else contextlib.nullcontext():
+                self._end(Boundary.OPTIMIZER, False)
         elif self._grads_reset():
             self.backward_since = False
             self.skips_seen += 1
@@ -290,7 +294,7 @@ class Boundaries:
         if self.mode is Boundary.CALL:
             return
         if self.mode is Boundary.OPTIMIZER:
-            self._step_or_skip_since_backward()
+            self._step_or_skip_since_backward(in_backward=True)
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_end_callback())  # type: ignore[attr-defined]
         except RuntimeError:  # not inside a backward pass after all
