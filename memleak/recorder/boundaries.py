@@ -18,6 +18,10 @@ Sources, strongest first (`schema.Boundary`); once a stronger one is seen, weake
     skips the step itself, without a scaler); so does tracking's end in that state. The autograd
     engine calls it outside compiled code, so it works for compiled models too; where a compiled
     function calls ``backward()`` itself, dynamo is kept out of the hook (`outside_compile.py`).
+    The same hook sees a step no step hook saw: where the whole training step is compiled, dynamo
+    traces ``optimizer.step()`` and its hooks are empty there; the parameter updated in place since
+    the last backward pass says the step ran, and ends its iteration (not a skip), at the next
+    backward pass or at close. The probes then keep their hooks and modes out (``compiled``).
     Backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and with several
     optimizers any one's step counts as a step in between: a GAN's discriminator step may follow a
     backward pass that also wrote the generator's gradients.
