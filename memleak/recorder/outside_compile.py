@@ -57,7 +57,8 @@ def add_step_hook(register: Callable[[Any], Any], hooks: dict[Any, Any], work: C
     one, whose dict is `hooks`), keyed ``("memleak", n)`` with the first n free, not by the
     handle's new id; returns the handle, which removes it as usual."""
     handle = register(step_hook(work))
-    key = next(k for k in (("memleak", n) for n in itertools.count()) if k not in hooks)
-    hooks[key] = hooks.pop(handle.id)  # the same place: at the end, after the user's hooks
-    handle.id = key
+    if handle.id in hooks:  # as torch registers them (else left as registered)
+        key = next(k for k in (("memleak", n) for n in itertools.count()) if k not in hooks)
+        hooks[key] = hooks.pop(handle.id)  # the same place: at the end, after the user's hooks
+        handle.id = key
     return handle
