@@ -32,6 +32,9 @@ class ProbeContext:
     optimizer_ref: Callable[[], Any] = lambda: None
     emit: Callable[[str, dict], None] = lambda type_, body: None  # write a non-step record
     options: dict[str, Any] = field(default_factory=dict)
+    # whether the loop's optimizer steps run inside a compiled function (the whole training step is
+    # compiled): a hook or mode installed for a step would then be traced into it
+    compiled_step: Callable[[], bool] = lambda: False
 
 
 class Probe:

@@ -123,19 +123,29 @@ class ModuleProbe(Probe):
         self.plain: float | None = None  # the time of a step without hooks (a moving average)
         self.scan = ctx.level == "modules"
         self.ages = Ages()
-        self.hooked = not is_compiled(model)  # Python hooks in a compiled forward break its graphs
-        if not self.hooked:
-            # Hooks would run inside the compiled graph (extra frames, a torch warning about global
-            # hooks): the model is seen from outside it, at step boundaries, by its original tree.
-            why = (
-                "the model is compiled: no per-forward module deltas; categories and module-attribute "
-                "scans at step boundaries, named by the original module tree"
-            )
-            ctx.emit(RecordType.EVENT, Event("probe_limited", {"probe": self.name, "reason": why}).to_dict())
+        self.hooked = True
+        if is_compiled(model):  # Python hooks in a compiled forward break its graphs
+            self._limit("the model is compiled")
         return {"module_counter": self.counter_name, "modules": n, "module_hooks": self.hooked}
 
+    def _limit(self, why: str) -> None:
+        """No module hooks from now on: they would run inside compiled code (extra frames, a torch
+        warning about global hooks, recompiles); the model is seen from outside it, at step
+        boundaries, by its original tree."""
+        self.hooked = False
+        self._remove_hooks()
+        why += (
+            ": no per-forward module deltas; categories and module-attribute scans at step boundaries,"
+            " named by the original module tree"
+        )
+        self.ctx.emit(RecordType.EVENT, Event("probe_limited", {"probe": self.name, "reason": why}).to_dict())
+
     # ------------------------------------------------------------ hooks
+    # Each hook first asks whether dynamo traces it (a model called from a compiled function):
+    # dynamo folds the answer, so the compiled graph gets nothing of memleak's.
     def _pre(self, module, inputs):
+        if torch.compiler.is_compiling():
+            return
         i = self.index.get(id(module))
         if i is None:  # a module of another model, or a copy of one of ours
             return
@@ -151,6 +161,8 @@ class ModuleProbe(Probe):
                 pass
 
     def _post(self, module, inputs, output):
+        if torch.compiler.is_compiling():
+            return
         i = self.index.get(id(module))
         if i is None:
             return
@@ -174,13 +186,15 @@ class ModuleProbe(Probe):
 
     def _bw_start_hook(self, i: int):
         def hook(grad_outputs):
-            if self.counter is not None:
+            if self.counter is not None and not torch.compiler.is_compiling():
                 self.bw_open[i] = self.counter()
 
         return hook
 
     def _bw_end_hook(self, i: int):
         def hook(grad_outputs):
+            if torch.compiler.is_compiling():
+                return
             s = self.bw_open.pop(i, None)
             if s is not None and self.counter is not None:
                 self.bwd[i] += self.counter() - s
@@ -190,6 +204,8 @@ class ModuleProbe(Probe):
     # ------------------------------------------------------------ steps
     def step_begin(self, step: int) -> None:
         self.stack.clear()
+        if self.hooked and self.ctx.compiled_step():
+            self._limit("the training step is compiled whole (optimizer.step() inside torch.compile)")
         if step >= self.next_detail:
             self.detail = True
             self.detail_step = step

@@ -68,6 +68,8 @@ class _BirthMode(TorchFunctionMode):
         self.tagging = tagging
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if torch.compiler.is_compiling():  # traced by dynamo (folded): the graph gets the op alone
+            return func(*args, **(kwargs or {}))
         out = func(*args, **(kwargs or {}))
         p = self.tagging.probe
         if p is not None and p.n_tags < MAX_TAGS:  # None: inert, its step ended in another thread
@@ -101,7 +103,7 @@ class Tagging:
 
     def pack(self, t: torch.Tensor) -> Any:
         p = self.probe
-        return t if p is None else p._pack(t)
+        return t if p is None or torch.compiler.is_compiling() else p._pack(t)
 
     def remove(self) -> str | None:
         """Turn inert, and pop the mode and hooks if this is their thread and they are on top; else

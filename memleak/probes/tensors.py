@@ -140,6 +140,8 @@ class TensorProbe(Probe):
 
     def step_begin(self, step: int) -> None:
         if step >= self.next_deep and self._mode is None:
+            if self.ctx.compiled_step():  # the mode and hooks would be traced into the compiled step
+                self._give_up("the training step is compiled whole (optimizer.step() inside torch.compile)")
             self._deep_step = step
             self.n_tags = 0
             sweep()  # our own modes a step ended elsewhere left inert in this thread

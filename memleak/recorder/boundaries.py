@@ -18,6 +18,10 @@ Sources, strongest first (`schema.Boundary`); once a stronger one is seen, weake
     skips the step itself, without a scaler); so does tracking's end in that state. The autograd
     engine calls it outside compiled code, so it works for compiled models too; where a compiled
     function calls ``backward()`` itself, dynamo is kept out of the hook (`outside_compile.py`).
+    The same hook sees a step no step hook saw: where the whole training step is compiled, dynamo
+    traces ``optimizer.step()`` and its hooks are empty there; the parameter updated in place since
+    the last backward pass says the step ran, and ends its iteration (not a skip), at the next
+    backward pass or at close. The probes then keep their hooks and modes out (``compiled``).
     Backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and with several
     optimizers any one's step counts as a step in between: a GAN's discriminator step may follow a
     backward pass that also wrote the generator's gradients.
@@ -37,6 +41,7 @@ object only weakly, and does nothing once it is removed.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
 from collections import deque
@@ -49,7 +54,7 @@ import torch.nn.modules.module as module_hooks
 from ..probes.identity import is_compiled
 from ..probes.scaler import find_scaler
 from ..schema import Boundary
-from .outside_compile import outside_dynamo
+from .outside_compile import add_step_hook, outside_dynamo
 from .scaler_skips import ScalerSkips
 
 STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
@@ -87,7 +92,9 @@ class Boundaries:
         self.in_step = 0  # inside some optimizer.step()
         self.backward_since = False  # a backward pass through the model since the last optimizer step
         self._param: Callable[[], Any] = lambda: None  # the parameter whose gradient shows skipped steps
-        self._grad: tuple[Any, int] | None = None  # its gradient (weakly) after the last backward pass, and version
+        # its gradient (weakly) after the last backward pass, the gradient's version and its own
+        self._grad: tuple[Any, int, int] | None = None
+        self.compiled = False  # an optimizer step was seen only by what it changed: it ran compiled
         self._done: Callable[[], None] | None = None  # the backward pass's end callback, once made
         self._model_ref: Callable[[], Any] = lambda: None
         self._model_id = 0
@@ -117,12 +124,12 @@ class Boundaries:
         me = weakref.ref(self)
 
         def pre(module, args):
-            b = me()
+            b = None if torch.compiler.is_compiling() else me()  # traced by dynamo: empty (folded)
             if b is not None and id(module) == b._model_id and module is b._model_ref():
                 b._on_call()
 
         def post(module, args, output):
-            b = me()
+            b = None if torch.compiler.is_compiling() else me()
             if b is not None and id(module) == b._model_id and module is b._model_ref():
                 b._on_return(output)
 
@@ -133,19 +140,20 @@ class Boundaries:
     def _hook_optimizer(self, opt: Any, ending: bool) -> None:
         me = weakref.ref(self)
 
-        def pre(optimizer, args, kwargs):
+        def pre(optimizer: Any) -> None:
             b = me()
             if b is not None:
                 b.in_step += 1
 
-        def post(optimizer, args, kwargs):
+        def post(optimizer: Any) -> None:
             b = me()
             if b is not None:
                 b._on_optimizer_step(ending)
 
+        # empty where dynamo traces them: a step compiled whole is seen by `_stepped_unseen`
         self._opt_handles += [
-            opt.register_step_pre_hook(outside_dynamo(pre)),
-            opt.register_step_post_hook(outside_dynamo(post)),
+            add_step_hook(opt.register_step_pre_hook, opt._optimizer_step_pre_hooks, pre),
+            add_step_hook(opt.register_step_post_hook, opt._optimizer_step_post_hooks, post),
         ]
 
     def _hook_parameter(self, opt: Any) -> None:
@@ -206,8 +214,7 @@ class Boundaries:
         backward pass with no step in between, as the next backward pass would have seen)."""
         self._record_pending()
         if self.mode is Boundary.OPTIMIZER and self.active:
-            if self.backward_since and not self.in_step and self._grads_reset():
-                self.skips_seen += 1
+            self._step_or_skip_since_backward(in_backward=False)
             self._end_skipped(self.scaler_skips.at_close())
 
     def drop_pending(self) -> None:
@@ -239,6 +246,27 @@ class Boundaries:
             self._end_skipped(self.scaler_skips.at_step(sys._getframe(1)))
             self._end(Boundary.OPTIMIZER, False)
 
+    def _step_or_skip_since_backward(self, in_backward: bool) -> None:
+        """A backward pass starts, or tracking ends: whether the iteration of the last backward pass
+        ended with no step seen (gradients reset, weights as they were: a skipped step), or with one
+        no step hook saw (weights changed in place: the step ran inside compiled code)."""
+        if not self.backward_since or self.in_step:
+            return
+        if self._stepped_unseen():
+            self.backward_since = False
+            self.compiled = True
+            if self.optimizer_steps is not None:
+                self.optimizer_steps += 1
+            self._record_pending()
+            self._end_skipped(0)
+            # in a backward pass (not at close) the autograd engine has turned gradients off; the
+            # loop that called backward() had them on: the step is recorded as the loop ran it
+            with torch.enable_grad() if in_backward else contextlib.nullcontext():
+                self._end(Boundary.OPTIMIZER, False)
+        elif self._grads_reset():
+            self.backward_since = False
+            self.skips_seen += 1
+
     def _on_call(self) -> None:
         if self.mode is not Boundary.CALL and not self.in_step:
             self._record_pending()
@@ -269,11 +297,8 @@ class Boundaries:
         pass each queue the end callback: what it does may be done twice)."""
         if self.mode is Boundary.CALL:
             return
-        if (
-            self.mode is Boundary.OPTIMIZER and self.backward_since and not self.in_step and self._grads_reset()
-        ):  # gradients reset with no step since the last pass: that iteration ended without one
-            self.backward_since = False
-            self.skips_seen += 1
+        if self.mode is Boundary.OPTIMIZER:
+            self._step_or_skip_since_backward(in_backward=True)
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_end_callback())  # type: ignore[attr-defined]
         except RuntimeError:  # not inside a backward pass after all
@@ -301,12 +326,20 @@ class Boundaries:
             self.mode = self.pending = Boundary.BACKWARD
 
     # ------------------------------------------------------------ gradients
-    def _grad_state(self) -> tuple[Any, int] | None:
-        """The hooked parameter's gradient (weakly) and its version: zero_grad drops it
-        (set_to_none) or zeroes it in place."""
+    def _grad_state(self) -> tuple[Any, int, int] | None:
+        """The hooked parameter's gradient (weakly) and its version (zero_grad drops it, set_to_none,
+        or zeroes it in place), and the parameter's own version (an optimizer step updates it in
+        place)."""
         p = self._param()
         g = None if p is None else p.grad
-        return None if g is None else (weakref.ref(g), g._version)
+        return None if g is None or p is None else (weakref.ref(g), g._version, p._version)
+
+    def _stepped_unseen(self) -> bool:
+        """The hooked parameter changed in place since the last backward pass, and no step hook ran:
+        the optimizer stepped inside a compiled function, where dynamo traced its hooks away
+        (outside_compile.py)."""
+        state, p = self._grad, self._param()
+        return state is not None and p is not None and p._version != state[2]
 
     def _grads_reset(self) -> bool:
         state, p = self._grad, self._param()

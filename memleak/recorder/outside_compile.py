@@ -1,16 +1,33 @@
-"""memleak's hooks kept out of torch.compile: run with dynamo off, never compiled as frames.
+"""memleak's hooks kept out of torch.compile: run with dynamo off, never compiled as frames, and
+empty where dynamo traces them into a compiled function.
 
 A gradient hook or an optimizer step hook runs in eager code, but when a compiled function calls
 ``backward()`` or ``optimizer.step()`` dynamo breaks its graph there and compiles the Python
 frames that call makes: a hook would be compiled as frames of its own (and break graphs on what it
 does: frames, weak references, the autograd engine). Disabled, it runs as it does in eager code.
+
+An optimizer step hook needs more: where the whole training step is compiled, dynamo traces
+``optimizer.step()`` and inlines its hooks. A disabled hook is a graph break of its own there (it
+moved the breaks torch's optimizer makes: 3 instead of 4). So a step hook first asks
+``torch.compiler.is_compiling()``, which dynamo folds to True: traced, the hook is empty and
+the compiled step is what it is without memleak (no break, no guard, no global dynamo setting).
+It then never runs for a step compiled that way; `boundaries.py` sees such a step from the
+parameters it changed (`Boundaries._stepped_unseen`).
+
+Dynamo also guards on the keys of the optimizer's hook dicts (the handles' ids): a hook registered
+under a new id would recompile torch's step wrapper each time tracking starts on a step compiled
+before (its cache fills after 8 trackers). `add_step_hook` keys memleak's hooks the same way for
+every tracker: what dynamo compiled for one tracker serves the next.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import torch
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -20,3 +37,28 @@ def outside_dynamo(fn: F) -> F:
     dynamo costs seconds, and without it nothing is compiled)."""
     dynamo = sys.modules.get("torch._dynamo")
     return fn if dynamo is None else dynamo.disable(fn)
+
+
+def step_hook(work: Callable[[Any], None]) -> Callable[[Any, Any, Any], None]:
+    """An optimizer step hook (pre or post) that calls ``work(optimizer)`` in eager code and is
+    empty where dynamo traces it (a compiled ``optimizer.step()``)."""
+    outside = outside_dynamo(work)
+
+    def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if torch.compiler.is_compiling():  # folded by dynamo: nothing of memleak's in the graph
+            return
+        outside(optimizer)
+
+    return hook
+
+
+def add_step_hook(register: Callable[[Any], Any], hooks: dict[Any, Any], work: Callable[[Any], None]) -> Any:
+    """``register(step_hook(work))`` (an optimizer's ``register_step_post_hook``, or the global
+    one, whose dict is `hooks`), keyed ``("memleak", n)`` with the first n free, not by the
+    handle's new id; returns the handle, which removes it as usual."""
+    handle = register(step_hook(work))
+    if handle.id in hooks:  # as torch registers them (else left as registered)
+        key = next(k for k in (("memleak", n) for n in itertools.count()) if k not in hooks)
+        hooks[key] = hooks.pop(handle.id)  # the same place: at the end, after the user's hooks
+        handle.id = key
+    return handle

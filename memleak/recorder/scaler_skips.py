@@ -27,7 +27,7 @@ import torch
 import torch.optim.optimizer as optimizer_hooks
 
 from ..probes.frames import is_locals_snapshot, release_snapshots
-from .outside_compile import outside_dynamo
+from .outside_compile import add_step_hook
 
 MAX_FRAMES = 8  # scaler.step -> _maybe_opt_step -> the optimizer's step wrapper -> its hooks -> here
 
@@ -73,12 +73,15 @@ class ScalerSkips:
             self._remember(scaler, updates_since=0)
             me = weakref.ref(self)
 
-            def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+            def post(optimizer: Any) -> None:
                 counter = me()
                 if counter is not None and optimizer is not counter._ending():
                     counter._others += 1
 
-            self._handle = optimizer_hooks.register_optimizer_step_post_hook(outside_dynamo(post))
+            # empty where dynamo traces it: a compiled step adds no skip to count (outside_compile.py)
+            self._handle = add_step_hook(
+                optimizer_hooks.register_optimizer_step_post_hook, optimizer_hooks._global_optimizer_post_hooks, post
+            )
 
     def remove(self) -> None:
         if self._handle is not None:

@@ -165,6 +165,7 @@ class Tracker:
             optimizer_ref=lambda: self._optimizer_ref(),  # memleak run may follow another optimizer
             emit=self._emit_record,
             options=dict(self._budgets),
+            compiled_step=lambda: self._boundaries.compiled,
         )
         skipped: list[tuple[str, str]] = []
         for probe in probes_for_level(self.level):

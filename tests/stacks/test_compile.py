@@ -9,11 +9,14 @@ The first inductor compile in a process costs most of this module's time (~10 s)
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch import nn
 
 import memleak
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from stacks.stack_harness import LEVELS, left_installed
 
 STEPS = 24  # per level; the live check and the trend need about this many
@@ -287,3 +290,83 @@ def test_a_compiled_function_that_calls_backward_skipping_steps(default_mode):
     assert tracked == untracked
     assert after == before and before["graph_breaks"] >= 1  # backward() did break the graph
     assert [e["step"] for e in t.run().events if e["event"] == "step_skipped"] == [3, 4]
+
+
+# ---------------------------------------------------------------- a training step compiled whole
+
+WHOLE_STEPS = 14  # per level: enough for the counters' trend and two deep steps at level full
+
+
+def compiled_whole_step(levels, steps=WHOLE_STEPS, clean=None):
+    """torch's pattern for compiled optimizers: forward, backward, ``optimizer.step()`` and
+    ``zero_grad()`` in one compiled function (dynamo alone: what it compiles is what is counted),
+    after a dynamo reset, run once per level of `levels` (None: untracked) from the same weights, on
+    the same batches, the loop keeping each step's loss undetached (its leak). The levels share
+    the compiled function: one compiled under tracking serves the next tracker. Then, with `clean`
+    a level, once more at that level keeping nothing (key "clean").
+    Returns ({level: (losses, tracker)}, dynamo's counts)."""
+    model, _, opt = fresh({})
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+
+    @torch.compile(backend="eager")
+    def train_step(x):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    runs = {}
+    for key, level in [*((lv, lv) for lv in levels), *((("clean", clean),) if clean else ())]:
+        model.load_state_dict(start)  # copied in place: the compiled code is reused
+        losses, kept = [], []
+        with (memleak.track(model, optimizer=opt, level=level) if level else contextlib.nullcontext()) as tracker:
+            for x in batches(steps, seed=8):
+                loss = train_step(x)
+                losses.append(loss.item())
+                # outside the compiled function, scaled to 64 KiB a step: the loss alone, its graph
+                # freed by backward, is ~5 KiB a step, which the counters call bounded
+                if key != "clean":
+                    kept.append(loss * torch.ones(16384))
+        assert not left_installed([model], [opt]), level
+        runs[key] = (losses, tracker)
+    counts = dynamo_counts()
+    counts["train_step_versions"] = len(_debug_get_cache_entry_list(train_step._torchdynamo_orig_callable))
+    return runs, counts
+
+
+@pytest.fixture(scope="module")
+def whole_step():
+    untracked, counts = compiled_whole_step([None])
+    runs, tracked_counts = compiled_whole_step(LEVELS, clean="auto")
+    return untracked[None][0], counts, runs, tracked_counts
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_step_compiled_whole_compiles_the_same_tracked_and_untracked(whole_step, level):
+    untracked, counts, runs, tracked_counts = whole_step
+    assert counts["graph_breaks"] >= 3 and counts["train_step_versions"] == 1  # backward, the optimizer's own breaks
+    # graphs, graph breaks, compiled versions: the same, all levels run; frames: one fewer (docs/stacks.md)
+    assert {**tracked_counts, "frames": 0} == {**counts, "frames": 0}
+    assert tracked_counts["frames"] <= counts["frames"]
+    losses, tracker = runs[level]
+    assert losses == untracked
+    assert tracker.iterations == WHOLE_STEPS  # one per optimizer.step(), inside compiled code
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_step_compiled_whole_still_shows_the_losses_kept_by_the_loop(whole_step, level):
+    report = whole_step[2][level][1].report()
+    assert report.leak, str(report)
+    if level in ("full", "auto"):  # the reference walk names the list
+        assert report.suspects[0].location == "kept", str(report)
+    if level != "counters":  # hooks and modes stayed out of the compiled step: said in the run
+        limited = [e for e in report.run.events if e.get("event") == "probe_limited"]
+        assert limited and "compiled whole" in limited[0]["reason"], limited
+
+
+def test_a_clean_step_compiled_whole_is_clean(whole_step):
+    losses, tracker = whole_step[2]["clean"]  # level auto (the default), after the leaking runs
+    assert losses == whole_step[0] and tracker.iterations == WHOLE_STEPS
+    report = tracker.report()
+    assert not report.leak, str(report)
