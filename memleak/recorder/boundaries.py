@@ -200,6 +200,8 @@ class Boundaries:
         right after an optimizer step it confirms the iteration that step ended."""
         if self.mode is Boundary.CALL:
             return True
+        if self.mode is Boundary.OPTIMIZER and self.backward_since and not self.in_step and self._stepped_unseen():
+            self.compiled = True  # the first iteration's step ran compiled: the probes keep out of it
         self.mode = Boundary.CALL
         self.pending, self.skips_seen = None, 0
         for h in (*self._handles, *self._node_handles):  # the model's calls no longer matter: no cost for them

@@ -297,13 +297,14 @@ def test_a_compiled_function_that_calls_backward_skipping_steps(default_mode):
 WHOLE_STEPS = 14  # per level: enough for the counters' trend and two deep steps at level full
 
 
-def compiled_whole_step(levels, steps=WHOLE_STEPS, clean=None):
+def compiled_whole_step(levels, steps=WHOLE_STEPS, clean=None, step_calls=None):
     """torch's pattern for compiled optimizers: forward, backward, ``optimizer.step()`` and
     ``zero_grad()`` in one compiled function (dynamo alone: what it compiles is what is counted),
     after a dynamo reset, run once per level of `levels` (None: untracked) from the same weights, on
     the same batches, the loop keeping each step's loss undetached (its leak). The levels share
     the compiled function: one compiled under tracking serves the next tracker. Then, with `clean`
-    a level, once more at that level keeping nothing (key "clean").
+    a level, once more at that level keeping nothing (key "clean"); with `step_calls` a level, once
+    more at that level with the loop calling ``tracker.step()`` (key "step_calls").
     Returns ({level: (losses, tracker)}, dynamo's counts)."""
     model, _, opt = fresh({})
     start = {k: v.clone() for k, v in model.state_dict().items()}
@@ -317,7 +318,8 @@ def compiled_whole_step(levels, steps=WHOLE_STEPS, clean=None):
         return loss
 
     runs = {}
-    for key, level in [*((lv, lv) for lv in levels), *((("clean", clean),) if clean else ())]:
+    extra = [*((("clean", clean),) if clean else ()), *((("step_calls", step_calls),) if step_calls else ())]
+    for key, level in [*((lv, lv) for lv in levels), *extra]:
         model.load_state_dict(start)  # copied in place: the compiled code is reused
         losses, kept = [], []
         with (memleak.track(model, optimizer=opt, level=level) if level else contextlib.nullcontext()) as tracker:
@@ -328,6 +330,8 @@ def compiled_whole_step(levels, steps=WHOLE_STEPS, clean=None):
                 # freed by backward, is ~5 KiB a step, which the counters call bounded
                 if key != "clean":
                     kept.append(loss * torch.ones(16384))
+                if key == "step_calls":
+                    tracker.step()
         assert not left_installed([model], [opt]), level
         runs[key] = (losses, tracker)
     counts = dynamo_counts()
@@ -338,7 +342,7 @@ def compiled_whole_step(levels, steps=WHOLE_STEPS, clean=None):
 @pytest.fixture(scope="module")
 def whole_step():
     untracked, counts = compiled_whole_step([None])
-    runs, tracked_counts = compiled_whole_step(LEVELS, clean="auto")
+    runs, tracked_counts = compiled_whole_step(LEVELS, clean="auto", step_calls="full")
     return untracked[None][0], counts, runs, tracked_counts
 
 
@@ -370,3 +374,12 @@ def test_a_clean_step_compiled_whole_is_clean(whole_step):
     assert losses == whole_step[0] and tracker.iterations == WHOLE_STEPS
     report = tracker.report()
     assert not report.leak, str(report)
+
+
+def test_a_step_compiled_whole_with_tracker_step_calls_compiles_the_same(whole_step):
+    """The loop ends its iterations itself: the first call sees the step ran compiled (the weights
+    changed, no step hook ran), before level full installs a hook or a mode (counted above)."""
+    losses, tracker = whole_step[2]["step_calls"]
+    assert losses == whole_step[0] and tracker.iterations == WHOLE_STEPS
+    report = tracker.report()
+    assert report.leak and report.suspects[0].location == "kept", str(report)
