@@ -19,7 +19,7 @@ import pytest
 import memleak
 from memleak.cli import main as cli_main
 from memleak.io import RunWriter
-from memleak.report.series import MAX_POINTS, categories, downsample, module_table
+from memleak.report.series import MAX_POINTS, categories, downsample, memory_lines, module_table
 from memleak.run import Run
 from memleak.snapshot import Snapshot
 from tests import snapshot_factory as sf
@@ -332,6 +332,24 @@ def test_categories_stack_the_rest_first_and_the_holders_on_top():
     assert labels == ["activations/other", "parameters", "gradients", "optimizer state", "history"]
     total = np.sum([v for _, v in layers], axis=0)
     assert total == pytest.approx(leaking_run().steps["allocated_bytes"].to_numpy()[x.astype(int)])
+
+
+def test_a_cpu_run_is_drawn_less_memleaks_own_heap_bytes():
+    """memleak's bookkeeping (the detector it imports mid-run: 30 MiB at once) is not the user's
+    memory: the heap line and the stack's top are drawn less it, as the detectors judge them."""
+    n = 60
+    i = np.arange(n)
+    own = np.where(i >= 20, 30 * MIB, MIB).astype(float)
+    heap = 100 * MIB + 64 * 1024 * i + own
+    steps = pd.DataFrame({"step": i, "time": 0.1 * (i + 1), "heap_bytes": heap, "memleak_bytes": own})
+    modules = [{"step": s, "steps": 10, "counter": "heap", "categories": {"parameter": 10 * MIB, "total": float(heap[s])},
+                "modules": [], "alive": []} for s in range(0, n, 10)]
+    run = Run({"device": "cpu", "level": "full"}, steps, records={"modules": modules}, path="runs/cpu")
+    (label, line), = memory_lines(run)
+    assert label == "C heap" and line == pytest.approx(100 * MIB + 64 * 1024 * i)
+    x, layers = categories(run, [])
+    top = np.sum([v for _, v in layers], axis=0)
+    assert top == pytest.approx(100 * MIB + 64 * 1024 * x)
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node to check the page's scripts")

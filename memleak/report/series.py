@@ -12,6 +12,10 @@ import numpy as np
 import pandas as pd
 
 from ..run import step_axis
+from ..schema import HOST_COLUMNS
+
+#: memleak's own bytes on the C heap, taken off the host series drawn.
+OWN_COLUMN = "memleak_bytes"
 
 #: Points a drawn series keeps at most (min and max of each of half as many buckets).
 MAX_POINTS = 2000
@@ -71,10 +75,15 @@ def downsample(x, y, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarr
 
 
 def column(steps: pd.DataFrame, name: str) -> np.ndarray | None:
-    """A step column as floats, or None when absent or all NaN."""
+    """A step column as floats, or None when absent or all NaN. The host series are drawn less
+    memleak's own bytes (`memleak_bytes`: its bookkeeping, the detector it imports mid-run), as
+    the detectors judge them: the user's memory, without a jump that is memleak's."""
     if name not in steps:
         return None
     v = np.asarray(steps[name], dtype=float)
+    if name in HOST_COLUMNS and OWN_COLUMN in steps:
+        own = np.asarray(steps[OWN_COLUMN], dtype=float)
+        v = v - np.where(np.isfinite(own), own, 0.0)
     return v if np.isfinite(v).any() else None
 
 
@@ -159,7 +168,7 @@ def categories(
         x = np.array([r.step for r in records], dtype=float)
         layers = [(label, np.array([r.categories.get(k, 0) for r in records], dtype=float)) for k, label in CATEGORIES]
         layers = [(label, v) for label, v in layers if v.any()]
-        total = np.array([r.categories.get("total", np.nan) for r in records], dtype=float)
+        total = np.array([r.categories.get("total", np.nan) for r in records], dtype=float) - _own_at(run, x)
     elif walks:
         x = np.asarray(next(iter(walks.values()))["step"], dtype=float)
         layers, total = [], _total_at(run, x)
@@ -197,10 +206,24 @@ def _at_steps(table: pd.DataFrame, x: np.ndarray) -> np.ndarray:
 
 def _total_at(run, x: np.ndarray) -> np.ndarray:
     col = run.memory_column() if hasattr(run, "memory_column") else None
-    if col is None or not len(x):
+    v = None if col is None else column(run.steps, col)
+    if v is None or not len(x):
         return np.full(len(x), np.nan)
-    s = run.steps[col]
-    return np.interp(x, step_axis(run.steps)[s.notna().to_numpy()], s.dropna().to_numpy(dtype=float))
+    return _interp(run, x, v)
+
+
+def _own_at(run, x: np.ndarray) -> np.ndarray:
+    """memleak's own bytes at steps `x` where the run's memory is a host series (the module
+    records' total is then the raw counter), else 0."""
+    col = run.memory_column() if hasattr(run, "memory_column") else None
+    own = column(run.steps, OWN_COLUMN) if col in HOST_COLUMNS else None
+    return np.zeros(len(x)) if own is None or not len(x) else _interp(run, x, own)
+
+
+def _interp(run, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """`v` (a step column, NaN where not read) at steps `x`."""
+    ok = np.isfinite(v)
+    return np.interp(x, step_axis(run.steps)[ok], v[ok])
 
 
 def fragmentation_lines(steps: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
