@@ -206,3 +206,21 @@ def test_what_auto_holds_in_memory_does_not_grow_with_the_steps(tmp_path, monkey
     assert counts[360]["live rows"] < 64 and counts[360]["writer records"] == 0, counts
     for item, at_120 in counts[120].items():
         assert counts[360][item] <= max(at_120, 64), (item, counts)  # bounded, not per step
+
+
+def test_a_heap_creeping_while_the_process_warms_up_opens_no_growth_window():
+    """A clean loop's C heap creeps by tens of bytes on most steps (allocator caches) with a few
+    KiB now and then: it rises on most steps and its tau is high, but the rise is far below what
+    the growth detector calls growth, so the screen opens no window; a 64 KiB/step leak on the
+    same heap does."""
+    rng = np.random.default_rng(0)
+    n = escalation.SCREEN_ROWS
+    creep = 150 * 2**20 + np.cumsum(np.where(rng.random(n) < 0.1, 2048.0, 32.0))
+    leak = 150 * 2**20 + 65536.0 * np.arange(n)
+    min_rel = escalation.min_rel_growth("heap_bytes")
+    assert escalation.rising(creep) and not escalation.rising(creep, min_rel)  # the floor decides
+    assert escalation.rising(leak, min_rel)
+    series = {"step": array("d", range(n)), "heap_bytes": array("d", creep)}
+    assert not escalation.screen(series)
+    series["heap_bytes"] = array("d", leak)
+    assert escalation.screen(series)

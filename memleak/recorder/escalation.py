@@ -41,6 +41,7 @@ from array import array
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ..detect.thresholds import min_rel_growth
 from ..schema import DetailReason
 from .live import kendall_tau
 
@@ -71,6 +72,10 @@ SCREEN_SIGMAS = 2.5
 SCREEN_MIN_TAU = 0.3
 SCREEN_MIN_RISING = 0.5
 SCREEN_NOISE = 4.0
+#: ...and by at least this share of the rise the growth detector needs (`detect/thresholds.py`,
+#: a share of the series' level): a heap that creeps by tens of bytes a step while a process
+#: warms up (allocator caches, interned objects) rises on most steps, but opens no window.
+SCREEN_MIN_SHARE = 0.5
 #: The screen runs every few steps, within this share of the step time.
 SCREEN_EVERY = 4
 SCREEN_BUDGET = 0.002
@@ -79,9 +84,10 @@ SCREEN_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes")
 OWN_COLUMN = "memleak_bytes"
 
 
-def rising(y: np.ndarray) -> bool:
-    """Whether `y` (NaN where not read) trends up: it rose on most steps, and Kendall's tau is
-    clearly above what noise gives."""
+def rising(y: np.ndarray, min_rel: float = 0.0) -> bool:
+    """Whether `y` (NaN where not read) trends up: it rose on most steps, by at least
+    SCREEN_MIN_SHARE of the share `min_rel` of its level the growth detector needs, and Kendall's
+    tau is clearly above what noise gives."""
     import numpy as np
 
     y = y[np.isfinite(y)]
@@ -89,8 +95,11 @@ def rising(y: np.ndarray) -> bool:
     if n < SCREEN_MIN_ROWS:
         return False
     d = np.diff(y)
-    if (d > 0).mean() < SCREEN_MIN_RISING or y[-1] - y[0] <= SCREEN_NOISE * float(np.median(np.abs(d))):
+    rise = float(y[-1] - y[0])
+    if (d > 0).mean() < SCREEN_MIN_RISING or rise <= SCREEN_NOISE * float(np.median(np.abs(d))):
         return False
+    if rise < SCREEN_MIN_SHARE * min_rel * abs(float(np.median(y))):
+        return False  # a creep far below any growth the detector reports (a process warming up)
     tau = kendall_tau(y)
     sigma = math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))  # tau's spread when there is no trend
     return tau >= max(SCREEN_MIN_TAU, SCREEN_SIGMAS * sigma)
@@ -114,7 +123,7 @@ def screen(series: Mapping[str, array], since: int = 0) -> bool:
         if col == "heap_bytes" and own is not None and len(own) == len(steps):
             mine = np.frombuffer(own, dtype=np.float64)[first:]
             y = y - np.where(np.isfinite(mine), mine, 0.0)
-        if rising(y):
+        if rising(y, min_rel_growth(col)):
             return True
     return False
 
