@@ -31,6 +31,9 @@ STEP = "step"
 # resort (it never shrinks after a free and counts Python objects too).
 MEMORY_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes", "rss_bytes")
 HOST_COLUMNS = ("heap_bytes", "rss_bytes")
+#: memleak's own bytes on the C heap (its bookkeeping, what it imports mid-run): taken off the host
+#: series wherever they are judged or drawn.
+OWN_COLUMN = "memleak_bytes"
 #: Something that happened once: an OOM, a warning, a snapshot dump, a probe that was skipped.
 EVENT = "event"
 

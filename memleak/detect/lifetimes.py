@@ -24,13 +24,11 @@ import numpy as np
 
 from ..records import HolderRow
 from ..run import HOST_COLUMNS, Run, step_axis
-from ..schema import Finding, Kind, Shape
+from ..schema import OWN_COLUMN, Finding, Kind, Shape
 from ..units import fmt_bytes
 from .trend import kendall, theil
 
 NAME = "lifetimes"
-#: The step column the recorder writes: bytes its own bookkeeping holds on the C heap.
-OWN_COLUMN = "memleak_bytes"
 #: The live check calls a leak only after growth lasted this many steps after warm-up...
 LIVE_MIN_STEPS = 48
 #: ...and kept at least this share of its slope over the steps since an earlier check saw it.

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..detect.thresholds import min_rel_growth
-from ..schema import DetailReason
+from ..schema import OWN_COLUMN, DetailReason
 from .live import kendall_tau
 
 if TYPE_CHECKING:
@@ -81,7 +81,6 @@ SCREEN_EVERY = 4
 SCREEN_BUDGET = 0.002
 #: The series the screen watches (host RSS creeps while a process warms up: it is no sign).
 SCREEN_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes")
-OWN_COLUMN = "memleak_bytes"
 
 
 def rising(y: np.ndarray, min_rel: float = 0.0) -> bool:

@@ -11,6 +11,8 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..schema import OWN_COLUMN
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -42,7 +44,7 @@ LIVE_COLUMNS = (
     "tensor_bytes",
     "rss_bytes",
     "device_total_bytes",
-    "memleak_bytes",
+    OWN_COLUMN,
 )
 
 #: Reads a memory column again now (less memleak's own bytes), or None where it cannot be.
@@ -152,7 +154,7 @@ class LiveCheck:
         from ..schema import HOST_COLUMNS, MEMORY_COLUMNS
 
         series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self.series.items()}
-        own = np.nan_to_num(series["memleak_bytes"])  # off the host series, as the detector takes it
+        own = np.nan_to_num(series[OWN_COLUMN])  # off the host series, as the detector takes it
         screened = {col: series[col] - own if col in HOST_COLUMNS else series[col] for col in MEMORY_COLUMNS}
         if not any(_trends_up(y, min_rel_growth(col)) for col, y in screened.items()):
             return None  # the usual case, a clean run: no need for the full (~10 ms) analysis

@@ -18,7 +18,7 @@ import torch
 from ..errors import UsageError
 from ..io import RecordSink, RunWriter
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
-from ..schema import DEFAULT_LEVEL, DETAIL_EVENT, Boundary, DetailReason, Level
+from ..schema import DEFAULT_LEVEL, DETAIL_EVENT, OWN_COLUMN, Boundary, DetailReason, Level
 from . import running
 from .boundaries import Boundaries
 from .escalation import AutoLevel
@@ -303,7 +303,7 @@ class Tracker:
                 self._turn_off(probe, e)
         sampled = time.perf_counter() - now
         if heap is not None:
-            values["memleak_bytes"] = self._own_bytes
+            values[OWN_COLUMN] = self._own_bytes
         self._started_sink().step(values)
         live = self._live
         live.append(step, values)

@@ -12,10 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..run import step_axis
-from ..schema import HOST_COLUMNS
-
-#: memleak's own bytes on the C heap, taken off the host series drawn.
-OWN_COLUMN = "memleak_bytes"
+from ..schema import HOST_COLUMNS, OWN_COLUMN
 
 #: Points a drawn series keeps at most (min and max of each of half as many buckets).
 MAX_POINTS = 2000
