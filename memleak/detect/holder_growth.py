@@ -96,10 +96,12 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None]) -> _HolderSer
 def _holder_kind(hkind: str, chained: bool, saved_growing: bool, h: _HolderSeries) -> Kind:
     if chained:
         return Kind.RETAINED_GRAPH
-    if hkind in ("module_attr", "buffer"):
-        return Kind.CACHED_TENSOR
+    # graphs that keep saved-for-backward tensors from earlier steps are the mechanism, whoever
+    # holds them (a module attribute too): the fix is to detach, not to bound a cache
     if saved_growing and (h.count_trend or h.node_trend):
         return Kind.RETAINED_GRAPH
+    if hkind in ("module_attr", "buffer"):
+        return Kind.CACHED_TENSOR
     return Kind.SURVIVING_TENSORS
 
 
