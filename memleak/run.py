@@ -11,7 +11,7 @@ import pandas as pd
 
 from .errors import UsageError
 from .records import BirthsRecord, HoldersRecord, ModulesRecord, SavedRecord
-from .schema import DETAIL_EVENT, HOST_COLUMNS, MEMORY_COLUMNS, Level, RecordType
+from .schema import DETAIL_EVENT, HOST_COLUMNS, MEMORY_COLUMNS, OWN_COLUMN, Level, RecordType
 from .units import ranks_text
 
 T = TypeVar("T")
@@ -24,6 +24,17 @@ def step_axis(steps: pd.DataFrame) -> np.ndarray:
         if np.isfinite(s).all():
             return s
     return np.arange(len(steps), dtype=float)
+
+
+def own_adjusted(steps: pd.DataFrame, column: str, y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """`y` (values of `column` at row positions `rows`, else at every row) less memleak's own heap
+    bytes (`memleak_bytes`), for host series; the detectors judge them so, the pictures draw them so."""
+    if column not in HOST_COLUMNS or OWN_COLUMN not in steps:
+        return y
+    own = np.asarray(steps[OWN_COLUMN], dtype=float)
+    if rows is not None:
+        own = own[rows]
+    return y - np.where(np.isfinite(own), own, 0.0)
 
 
 def _build_all(raw: list[dict], build: Callable[[dict], T]) -> tuple[T, ...]:

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..run import HOST_COLUMNS, Run, step_axis
+from ..run import HOST_COLUMNS, Run, own_adjusted, step_axis
 from ..schema import Finding, Kind, Shape, to_jsonable
 from ..units import fmt_bytes
 from .growth_shape import MIN_POINTS, Verdict, classify, label_warmup, warmup_length
-from .lifetimes import own_adjusted
 from .thresholds import min_rel_growth
 from .trend import bin_series
 

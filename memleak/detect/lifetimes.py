@@ -3,9 +3,9 @@
 Pure (no torch), used by the growth detector, the live check in the recorder, and
 `run_detectors` (docs/detectors-growth.md, "Lifetimes that end"):
 
-- ``own_adjusted``: memleak's own bookkeeping bytes on the host heap (the recorder
-  measures them into the ``memleak_bytes`` column) are taken off the host series
-  before they are judged: the profiler's memory is never the user's leak.
+- memleak's own bookkeeping bytes on the host heap (the recorder measures them into
+  the ``memleak_bytes`` column) are taken off the host series before they are judged
+  (``run.own_adjusted``): the profiler's memory is never the user's leak.
 - ``live_verdict``: the live check says "leak" only for growth that has lasted
   ``LIVE_MIN_STEPS`` steps and kept its slope since an earlier check found it; until
   then a filling cache and a leak look alike, and the answer is "inconclusive".
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..records import HolderRow
-from ..run import HOST_COLUMNS, Run, step_axis
-from ..schema import OWN_COLUMN, Finding, Kind, Shape
+from ..run import Run, own_adjusted, step_axis
+from ..schema import Finding, Kind, Shape
 from ..units import fmt_bytes
 from .trend import kendall, theil
 
@@ -37,15 +37,6 @@ LIVE_KEEP = 0.5
 GC_SHARE = 0.5
 #: Fewest complete epochs (fill, then release) before a holder's sawtooth is judged.
 MIN_TEETH = 2
-
-
-# ---------------------------------------------------------------- memleak's own memory
-def own_adjusted(steps, column: str, y: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """`y` (values of `column` at row positions `rows`) less memleak's own heap bytes, for host series."""
-    if column not in HOST_COLUMNS or OWN_COLUMN not in steps:
-        return y
-    own = np.asarray(steps[OWN_COLUMN], dtype=float)[rows]
-    return y - np.where(np.isfinite(own), own, 0.0)
 
 
 # ---------------------------------------------------------------- the live check

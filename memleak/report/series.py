@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..run import step_axis
+from ..run import own_adjusted, step_axis
 from ..schema import HOST_COLUMNS, OWN_COLUMN
 
 #: Points a drawn series keeps at most (min and max of each of half as many buckets).
@@ -77,10 +77,7 @@ def column(steps: pd.DataFrame, name: str) -> np.ndarray | None:
     the detectors judge them: the user's memory, without a jump that is memleak's."""
     if name not in steps:
         return None
-    v = np.asarray(steps[name], dtype=float)
-    if name in HOST_COLUMNS and OWN_COLUMN in steps:
-        own = np.asarray(steps[OWN_COLUMN], dtype=float)
-        v = v - np.where(np.isfinite(own), own, 0.0)
+    v = own_adjusted(steps, name, np.asarray(steps[name], dtype=float))
     return v if np.isfinite(v).any() else None
 
 
