@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
+from memleak.schema import LEVELS  # the scenarios part checks each, auto (the default) included
+
 MiB = 1 << 20
-LEVELS = ("counters", "modules", "full")  # memleak.schema.LEVELS; the scenarios part checks each
 
 _CUDA: dict[str, dict] = {
     "allocator": {"steps": 60, "leak_bytes": 2 * MiB, "width": 1024, "batch": 64},
