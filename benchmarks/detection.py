@@ -2,6 +2,7 @@
 
     python benchmarks/detection.py [--level full] [--steps N] [-v] [names...]
     python benchmarks/detection.py --level auto full      # both levels, side by side
+    python benchmarks/detection.py --default-device cpu   # under a default-device context
 
 Prints, per scenario and level, the verdict and the top suspects, then per level recall (leaks
 found), the kind of the suspect that names the culprit, false alarms (benign cases called
@@ -10,9 +11,12 @@ leaks), and top-1 / top-3 location accuracy; at level auto also the steps that h
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -62,9 +66,12 @@ def main(argv=None) -> int:
     ap.add_argument("--level", nargs="+", default=["full"], help="one level or several, each run on every scenario")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--default-device", help="run each scenario under `with torch.device(DEV)` (as the GPU run does)")
     args = ap.parse_args(argv)
     names = args.names or scenarios.names()
-    totals = {level: corpus(names, level, args.steps, args.verbose) for level in args.level}
+    where = torch.device(args.default_device) if args.default_device else contextlib.nullcontext()
+    with where:
+        totals = {level: corpus(names, level, args.steps, args.verbose) for level in args.level}
     if len(totals) > 1:
         print()
         for level, line in totals.items():

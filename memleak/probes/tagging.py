@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._device import DeviceContext
 
 # Tensors tagged per deep step, at most (a very large step is sampled, not walked whole).
 MAX_TAGS = 20000
@@ -81,10 +82,16 @@ class _BirthMode(TorchFunctionMode):
 
 
 def stacks_empty() -> bool:
-    """No torch function mode and no saved-tensor hook is active in this thread."""
-    return (
-        torch._C._len_torch_function_stack() == 0 and torch._C._autograd._top_saved_tensors_default_hooks(False) is None
-    )
+    """No torch function mode (but the default device's) and no saved-tensor hook is active in this thread.
+
+    The default device's mode (``torch.set_default_device``, ``with torch.device(...)``) keeps itself
+    at the bottom of the stack and puts back the modes above it when it closes, so memleak's
+    mode is safe over it; any other mode closing mid-step would pop memleak's in place of its own.
+    """
+    n = torch._C._len_torch_function_stack()
+    if any(not isinstance(torch._C._get_function_stack_at(i), DeviceContext) for i in range(n)):
+        return False
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is None
 
 
 class Tagging:
