@@ -257,6 +257,18 @@ def test_host_growth_is_reported_beside_a_flat_device(host):
     assert "DataLoader" in findings[0].fix and findings[0].leak
 
 
+@pytest.mark.parametrize("rise, leak", [(0.002, False), (0.03, True)])
+def test_on_a_device_run_the_heap_must_rise_a_percent_of_its_level(rise, leak):
+    # what an H100 run with drifting shapes showed (tests/data/gpu/fragmenting): the libraries'
+    # per-shape caches creep the heap by ~0.1 % in 60 steps; the device's memory holds the tensors
+    t = np.arange(60)
+    heap = 440 * MIB * (1 + rise * t / 59) + np.random.default_rng(1).uniform(0, 4096, 60)
+    findings = detect(make_run(np.full(60, GIB), heap_bytes=heap))
+    assert [(f.kind, f.leak) for f in findings] == ([(Kind.HOST_GROWTH, True)] if leak else [])
+    cpu = make_run(heap, column="heap_bytes", meta={"device": "cpu"})
+    assert [f.kind for f in detect(cpu)] == [Kind.LINEAR_GROWTH]  # on the CPU the heap holds the tensors
+
+
 def test_on_a_cpu_run_the_heap_is_the_primary_series_and_no_host_growth_is_added():
     t = np.arange(60)
     run = make_run(GIB + 50 * MIB * t, column="heap_bytes", meta={"device": "cpu"}, rss_bytes=3 * GIB + 60 * MIB * t)

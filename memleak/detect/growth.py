@@ -139,7 +139,7 @@ def detect(run: Run) -> list[Finding]:
         findings.append(_finding(run, g, Kind.LINEAR_GROWTH, LEAK_FIX))
     host = run.host_column()
     if host is not None and primary not in HOST_COLUMNS:
-        h = analyze_growth(run, host)
+        h = analyze_growth(run, host, min_rel=min_rel_growth(host, accelerator=True))
         if h.leak and not _host_growth_is_tensors(run, g, h):
             findings.append(_finding(run, h, Kind.HOST_GROWTH, HOST_FIX))
     return findings
