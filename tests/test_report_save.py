@@ -48,3 +48,18 @@ def test_the_command_says_so_in_one_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"memleak: error: {mine}: exists and was not written by memleak")
     assert mine.read_text() == "keep me"
+
+
+def test_without_plotly_every_file_but_the_html_page_is_written(report, tmp_path, monkeypatch, caplog):
+    # the GPU machine had no plotly (a declared dependency) and `memleak run` lost its whole report
+    import sys
+
+    for name in [m for m in sys.modules if m == "plotly" or m.startswith("plotly.")] + ["plotly"]:
+        monkeypatch.setitem(sys.modules, name, None)  # import plotly... raises ImportError
+    written = report.save(tmp_path)
+    names = {p.name for p in written}
+    assert {"report.txt", "findings.json", "memory.png"} <= names and "report.html" not in names
+    assert all(p.is_file() for p in written) and not (tmp_path / "report.html").exists()
+    assert [r.getMessage() for r in caplog.records if "report.html" in r.getMessage()] == [
+        f"{tmp_path / 'report.html'} not written: memleak's HTML report needs plotly: pip install plotly"
+    ]

@@ -8,6 +8,7 @@ a PyTorch memory snapshot (then `run` is the `Snapshot`).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,10 +103,15 @@ class Report:
         ranks = [folder / f"rank{rank}" / "report.txt" for rank in self.ranks]
         check_free(written + ranks + [folder / "suspects.png", folder / "holders.png"])
         folder.mkdir(parents=True, exist_ok=True)
-        written[0].write_text(str(self) + "\n", encoding="utf-8")
-        written[1].write_text(self.to_html(), encoding="utf-8")
-        written[2].write_text(json.dumps({"generator": "memleak", **self.to_dict()}, indent=2) + "\n", encoding="utf-8")
-        self.plot().savefig(written[3], dpi=110, metadata=PNG_METADATA)
+        text, html, findings, memory = written
+        text.write_text(str(self) + "\n", encoding="utf-8")
+        try:
+            html.write_text(self.to_html(), encoding="utf-8")
+        except ImportError as e:  # an install without plotly: the other files still tell it all
+            logging.getLogger("memleak").warning("%s not written: %s", html, e)
+            written.remove(html)
+        findings.write_text(json.dumps({"generator": "memleak", **self.to_dict()}, indent=2) + "\n", encoding="utf-8")
+        self.plot().savefig(memory, dpi=110, metadata=PNG_METADATA)
         written += self._save_more_plots(folder)
         for rep, path in zip(self.ranks.values(), ranks, strict=True):
             path.parent.mkdir(exist_ok=True)
