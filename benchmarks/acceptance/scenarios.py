@@ -110,6 +110,8 @@ def summarize(rows: dict, levels, device: str) -> dict[str, Any]:
             "false_alarms": 0,
             "mismatches": [],
             "errors": [],
+            "missed": [],  # leaks found on the CPU, not on the device
+            "ranked_lower": [],  # culprits the device ranks lower than the CPU (or not at all)
         }
         for name in names:
             cpu, dev = rows.get(f"{name}|{lvl}|{BASELINE}"), rows.get(f"{name}|{lvl}|{device}")
@@ -127,11 +129,20 @@ def summarize(rows: dict, levels, device: str) -> dict[str, Any]:
                 s["leaks"] += 1
                 s["recall"] += dev["verdict"] == "leak"
                 s["top1"] += dev["rank"] == 1
+                if cpu["verdict"] == "leak" and dev["verdict"] != "leak":
+                    s["missed"].append(name)
+                if _worse(dev["rank"], cpu["rank"]):
+                    s["ranked_lower"].append(name)
             else:
                 s["benign"] += 1
                 s["false_alarms"] += dev["verdict"] == "leak"
         out[lvl] = s
     return out
+
+
+def _worse(rank: int | None, baseline: int | None) -> bool:
+    """Whether `rank` names the culprit lower than `baseline` does (None: not named at all)."""
+    return baseline is not None and (rank is None or rank > baseline)
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -151,16 +162,20 @@ def run(ctx: Context) -> dict[str, Any]:
         all(str(t).startswith(device.split(":")[0]) for t in tracked),
         tracked_devices=sorted(map(str, tracked)),
     )
+    # The device may do better than the CPU (its allocator counts tensor bytes exactly, where the
+    # CPU's heap is noisy): it must find every leak the CPU finds, rank every culprit at least as
+    # high, and raise no false alarm.
     for lvl, s in summary.items():
         checks.check(
-            f"{lvl}: verdicts agree",
-            s["pairs"] and s["verdict_agree"] == s["pairs"] and not s["errors"],
-            agree=f"{s['verdict_agree']}/{s['pairs']}",
+            f"{lvl}: every leak found on the CPU is found on {device}",
+            s["pairs"] and not s["missed"] and not s["errors"],
+            missed=s["missed"],
             errors=len(s["errors"]),
         )
         checks.check(
-            f"{lvl}: culprit ranks agree", s["rank_agree"] == s["pairs"], agree=f"{s['rank_agree']}/{s['pairs']}"
+            f"{lvl}: culprits ranked as high as on the CPU", not s["ranked_lower"], ranked_lower=s["ranked_lower"]
         )
+        checks.check(f"{lvl}: no false alarm on {device}", s["false_alarms"] == 0, false_alarms=s["false_alarms"])
     text = "; ".join(
         f"{lvl}: agree {s['verdict_agree']}/{s['pairs']}, on {device} recall {s['recall']}/{s['leaks']} "
         f"top-1 {s['top1']}/{s['leaks']} false alarms {s['false_alarms']}/{s['benign']}"
