@@ -95,12 +95,16 @@ def compare_columns(run, raw: list[dict], checks: Checks, tag: str) -> None:
         want = [r["stats"].get(key) for r in raw[:n]]
         bad = [i for i in range(n) if i >= len(got) or got[i] != want[i]]
         checks.check(f"{tag}: {col} == memory_stats['{key}']", not bad, mismatched_steps=bad[:10])
-    free_diff = max(abs(int(steps["device_free_bytes"].iloc[i]) - raw[i]["free"]) for i in range(n))
-    checks.check(f"{tag}: device_free_bytes == mem_get_info", free_diff <= 2 * MiB, max_diff_bytes=free_diff)
+    checks.check(
+        f"{tag}: the driver's free memory is not read each step (cudaMemGetInfo can wait on the device)",
+        "device_free_bytes" not in steps,
+    )
     nv = [r["nvml_process_bytes"] for r in raw[:n]]
     if "nvml_process_bytes" in steps and all(v is not None for v in nv):
-        bad = [i for i in range(n) if int(steps["nvml_process_bytes"].iloc[i]) != nv[i]]
-        checks.check(f"{tag}: nvml_process_bytes == NVML", not bad, mismatched_steps=bad[:10])
+        col = steps["nvml_process_bytes"].tolist()[:n]
+        read = [i for i in range(n) if col[i] == col[i]]  # NVML is read on a time budget: not every step
+        bad = [i for i in read if int(col[i]) != nv[i]]
+        checks.check(f"{tag}: nvml_process_bytes == NVML", read and not bad, reads=len(read), mismatched_steps=bad[:10])
     else:
         checks.items[f"{tag}: nvml_process_bytes"] = {"ok": True, "note": "NVML lists no pid of this process here"}
 

@@ -33,17 +33,33 @@ def _backend(device: torch.device):
     return torch.accelerator
 
 
-def read_allocator(device: torch.device) -> dict[str, Any]:
-    """The allocator columns for `device` now (empty for CPU)."""
+def read_allocator(device: torch.device, driver: bool = False) -> dict[str, Any]:
+    """The allocator columns for `device` now (empty for CPU). `driver`: also the driver's free
+    and total bytes (``cudaMemGetInfo``), read at an OOM only: the call can wait for the device
+    to finish its queued work, which would stall a loop that reads it every step."""
     if device.type == "cpu":
         return {}
+    if device.type == "cuda":
+        # the nested dict as torch keeps it: flattening it into memory_stats' keys costs more than reading it
+        nested = torch.cuda.memory_stats_as_nested_dict(device.index)
+        values = {col: int(v) for key, col in STAT_COLUMNS.items() if (v := _lookup(nested, key)) is not None}
+        if driver and torch.cuda.is_initialized():
+            free, total = torch.cuda.mem_get_info(device.index)
+            values["device_free_bytes"] = int(free)
+            values["device_total_bytes"] = int(total)
+        return values
     stats = _backend(device).memory_stats(device.index)
-    values = {col: int(stats[key]) for key, col in STAT_COLUMNS.items() if key in stats}
-    if device.type == "cuda" and torch.cuda.is_initialized():
-        free, total = torch.cuda.mem_get_info(device.index)
-        values["device_free_bytes"] = int(free)
-        values["device_total_bytes"] = int(total)
-    return values
+    return {col: int(stats[key]) for key, col in STAT_COLUMNS.items() if key in stats}
+
+
+def _lookup(nested: dict, dotted: str) -> Any:
+    """``nested["allocated_bytes"]["all"]["current"]`` for "allocated_bytes.all.current"; None if absent."""
+    node: Any = nested
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 class AllocatorProbe(Probe):

@@ -1,5 +1,11 @@
 """NVML: device memory as the driver sees it, including what PyTorch does not allocate
-(the CUDA context, NCCL buffers, cuDNN/cuBLAS workspaces, other libraries)."""
+(the CUDA context, NCCL buffers, cuDNN/cuBLAS workspaces, other libraries).
+
+NVML's calls go through the driver and are slow next to a short training step (listing the
+device's processes most of all), and what they show changes slowly: they are read on a time
+budget (``nvml_budget=``, a share of the run's time, 0.5 % by default); a step without a read
+writes null. On an H100 a step of 15.7 ms ran 1.14x slower at level counters while NVML and
+the driver's free memory were read every step."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import Any
 import torch
 
 from . import Probe, ProbeContext, Unavailable
+from .budget import TimeBudget
 
 
 class NvmlProbe(Probe):
@@ -34,12 +41,18 @@ class NvmlProbe(Probe):
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(ctx.device.index)
         self.pid = os.getpid()
         self.process_seen = True
+        self.reads = TimeBudget(float(ctx.options.get("nvml_budget", 0.005)))
+        self.reads.start()
         return {
+            "nvml_budget": self.reads.share,
             "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
             "nvml_device_name": _text(pynvml.nvmlDeviceGetName(self.handle)),
         }
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        return self.reads.timed(lambda: self._read(step)) if self.reads.due() else {}
+
+    def _read(self, step: int) -> dict[str, Any]:
         info = self.nvml.nvmlDeviceGetMemoryInfo(self.handle)
         values: dict[str, Any] = {"nvml_device_used_bytes": int(info.used)}
         if self.process_seen:

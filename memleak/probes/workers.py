@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Any
 
 from ..records import Event
 from ..schema import WORKER_PRIVATE, WORKER_PSS, RecordType
 from . import Probe, ProbeContext, Unavailable
+from .budget import TimeBudget
 from .loaders import LoaderInfo, child_pids, identify
 
 #: How many bytes of smaps_rollup to read: Private_Dirty is its eleventh line (about 400 bytes in).
@@ -60,8 +60,7 @@ class WorkerProbe(Probe):
         self.fds: dict[int, int] = {}  # worker PID -> its smaps_rollup, kept open
         self.slot_of: dict[int, int] = {}  # worker PID -> its column slot
         self.slots: dict[tuple[str, int], int] = {}  # (loader, worker index) -> slot, kept across epochs
-        self.t0: float | None = None  # when the first workers were seen: the budget counts from there
-        self.spent = 0.0
+        self.reads = TimeBudget(self.budget)  # started when the first workers are seen
         return {"workers_budget": self.budget}
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
@@ -77,10 +76,8 @@ class WorkerProbe(Probe):
         values: dict[str, Any] = {"workers": len(self.fds), "worker_pss_bytes": None, "worker_private_bytes": None}
         for s in self.slots.values():
             values[WORKER_PSS.format(s)] = values[WORKER_PRIVATE.format(s)] = None
-        now = time.perf_counter()
-        if self.fds and self.t0 is not None and self.spent <= self.budget * (now - self.t0):
-            self._read(values)
-            self.spent += time.perf_counter() - now
+        if self.fds and self.reads.due():
+            self.reads.timed(lambda: self._read(values))
         return values
 
     def _read(self, values: dict[str, Any]) -> None:
@@ -110,8 +107,8 @@ class WorkerProbe(Probe):
             slot = self.slots.setdefault((info.name, index), len(self.slots))
             self.slot_of[pid] = slot
             by_loader.setdefault(info, []).append((pid, slot))
-        if by_loader and self.t0 is None:
-            self.t0 = time.perf_counter()
+        if by_loader:
+            self.reads.start()
         for info, workers in by_loader.items():
             workers.sort(key=lambda w: w[1])
             details = {"step": step, "loader": info.name, "dataset": info.dataset, "dataset_len": info.dataset_len}

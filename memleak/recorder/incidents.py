@@ -22,7 +22,7 @@ def oom_counters(device: torch.device) -> dict[str, Any]:
 
     counters: dict[str, Any] = {"rss_bytes": rss_bytes()}
     try:
-        counters.update(read_allocator(device))
+        counters.update(read_allocator(device, driver=True))
     except Exception:
         pass
     return counters

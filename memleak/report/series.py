@@ -87,11 +87,14 @@ def memory_lines(run) -> list[tuple[str, np.ndarray]]:
     steps = run.steps
     names = [n for n in DEVICE_LINES[:2] if column(steps, n) is not None]
     if names:
-        names += [n for n in DEVICE_LINES[2:] if column(steps, n) is not None]
-    else:
-        names = [n for n in HOST_LINES[:2] if column(steps, n) is not None] or [
-            n for n in HOST_LINES[2:] if column(steps, n) is not None
-        ]
+        lines = [(LABELS[n], v) for n in names if (v := column(steps, n)) is not None]
+        total = column(steps, "device_total_bytes")
+        if total is None and run.meta.get("device_total_bytes"):  # recorded once, in the header
+            total = np.full(len(steps), float(run.meta["device_total_bytes"]))
+        return lines + ([(LABELS["device_total_bytes"], total)] if total is not None else [])
+    names = [n for n in HOST_LINES[:2] if column(steps, n) is not None] or [
+        n for n in HOST_LINES[2:] if column(steps, n) is not None
+    ]
     return [(LABELS[n], v) for n in names if (v := column(steps, n)) is not None]
 
 
