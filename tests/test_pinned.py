@@ -40,6 +40,9 @@ def test_columns_from_the_documented_keys():
     assert pinned_values(RECORDED) == {"pinned_bytes": 12 * MiB, "pinned_active_bytes": 8 * MiB}
     assert pinned_values({}) == {}  # an allocator not used yet (or CUDA not initialised)
     assert pinned_values({"allocated_bytes.current": None, "active_bytes.current": True}) == {}
+    # the nested form the probe reads (host_memory_stats_as_nested_dict: no flattening each step)
+    nested = {"allocated_bytes": {"current": 12 * MiB, "peak": 16 * MiB}, "active_bytes": {"current": 8 * MiB}}
+    assert pinned_values(nested) == {"pinned_bytes": 12 * MiB, "pinned_active_bytes": 8 * MiB}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-build path")

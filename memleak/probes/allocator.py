@@ -6,6 +6,7 @@ same columns appear on any device whose backend keeps allocator statistics.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -42,7 +43,7 @@ def read_allocator(device: torch.device, driver: bool = False) -> dict[str, Any]
     if device.type == "cuda":
         # the nested dict as torch keeps it: flattening it into memory_stats' keys costs more than reading it
         nested = torch.cuda.memory_stats_as_nested_dict(device.index)
-        values = {col: int(v) for key, col in STAT_COLUMNS.items() if (v := _lookup(nested, key)) is not None}
+        values = {col: int(v) for key, col in STAT_COLUMNS.items() if (v := nested_value(nested, key)) is not None}
         if driver and torch.cuda.is_initialized():
             free, total = torch.cuda.mem_get_info(device.index)
             values["device_free_bytes"] = int(free)
@@ -52,7 +53,7 @@ def read_allocator(device: torch.device, driver: bool = False) -> dict[str, Any]
     return {col: int(stats[key]) for key, col in STAT_COLUMNS.items() if key in stats}
 
 
-def _lookup(nested: dict, dotted: str) -> Any:
+def nested_value(nested: Mapping[str, Any], dotted: str) -> Any:
     """``nested["allocated_bytes"]["all"]["current"]`` for "allocated_bytes.all.current"; None if absent."""
     node: Any = nested
     for part in dotted.split("."):

@@ -12,25 +12,28 @@ from typing import Any
 import torch
 
 from . import Probe, ProbeContext, Unavailable
+from .allocator import nested_value
 
 #: Our columns from the documented keys of host_memory_stats().
 KEYS = {"pinned_bytes": "allocated_bytes.current", "pinned_active_bytes": "active_bytes.current"}
 
 
 def pinned_values(stats: Mapping[str, Any]) -> dict[str, int]:
-    """Our step columns from a ``host_memory_stats()`` dict (flat, dotted keys); keys it lacks
-    (an allocator not used yet returns an empty dict) are left out."""
+    """Our step columns from a ``host_memory_stats()`` dict (flat, dotted keys) or its nested
+    form; keys it lacks (an allocator not used yet returns an empty dict) are left out."""
     out = {}
     for column, key in KEYS.items():
-        v = stats.get(key)
+        v = stats[key] if key in stats else nested_value(stats, key)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             out[column] = int(v)
     return out
 
 
 def host_stats_reader() -> Any:
-    """torch's host_memory_stats, or None where this build or machine has no CUDA host allocator."""
-    fn = getattr(getattr(torch.cuda, "memory", None), "host_memory_stats", None)
+    """torch's host allocator statistics (nested: flattening them costs more than reading them),
+    or None where this build or machine has no CUDA host allocator."""
+    memory = getattr(torch.cuda, "memory", None)
+    fn = getattr(memory, "host_memory_stats_as_nested_dict", None) or getattr(memory, "host_memory_stats", None)
     if fn is None or not torch.cuda.is_available():
         return None
     return fn
