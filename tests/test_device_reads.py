@@ -127,3 +127,14 @@ def test_the_device_total_comes_from_the_header_when_steps_do_not_carry_it():
     assert list(lines) == ["allocated", "reserved", "device total"]
     total = list(lines.values())[-1]
     assert len(total) == 5 and set(total) == {float(80 << 30)}
+
+
+def test_the_module_hooks_read_allocated_bytes_from_the_nested_statistics(monkeypatch):
+    from memleak.probes.modules import memory_counter
+
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", lambda index: _nested(6144))
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: pytest.fail("flattened on each hook call"))
+    read, name = memory_counter(CUDA)
+    assert name == "cuda_allocated" and read is not None and read() == 6144
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", lambda index: {})  # CUDA not started
+    assert read() == 0

@@ -1,8 +1,9 @@
 """Per-module memory attribution and module-attribute scans.
 
 On sampled ("detail") steps, forward pre/post hooks on every submodule read a
-memory counter (``torch.cuda.memory_allocated`` on CUDA, about 2 microseconds; the
-glibc heap counter on CPU, 3 to 30 microseconds as the heap fragments) and add
+memory counter (on CUDA the allocator's allocated bytes, read from its nested statistics:
+``torch.cuda.memory_allocated`` flattens and sorts all of them on each call; the glibc heap
+counter on CPU, 3 to 30 microseconds as the heap fragments) and add
 each forward's delta to its module: the activation memory that forward leaves
 allocated. The hooks are installed for the detail step only: a forward repeats
 itself, so one step measures it, and the steps between cost nothing. On detail
@@ -53,10 +54,16 @@ MAX_GAP = 12
 WINDOW_GAP = 2
 
 
+def cuda_allocated(index: int | None) -> int:
+    """The CUDA allocator's allocated bytes (0 before CUDA starts), without flattening its statistics."""
+    stats = torch.cuda.memory_stats_as_nested_dict(index)
+    return int(stats["allocated_bytes"]["all"]["current"]) if stats else 0
+
+
 def memory_counter(device: torch.device) -> tuple[Callable[[], int] | None, str]:
     if device.type == "cuda":
         idx = device.index
-        return (lambda: torch.cuda.memory_allocated(idx)), "cuda_allocated"
+        return (lambda: cuda_allocated(idx)), "cuda_allocated"
     if device.type == "cpu":
         from .host import heap_counter
 
