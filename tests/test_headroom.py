@@ -9,7 +9,7 @@ from torch import nn
 
 import memleak
 from memleak.cli import main as cli_main
-from memleak.detect.headroom import accumulation, fit_line
+from memleak.detect.headroom import accumulation, fit_line, largest_batch
 from memleak.planning import headroom
 from memleak.probes.peak import measure_peak
 
@@ -136,3 +136,63 @@ def test_cli(capsys):
     assert '"max_batch": 643' in capsys.readouterr().out
     assert cli_main(["headroom", "--peaks", "8:1.2GiB", "--capacity", "80GiB"]) == 2
     assert "BATCH=SIZE" in capsys.readouterr().err
+
+
+class _Device:
+    """A step whose real memory per sample is `real` bytes (the fit saw less), on a fake CUDA device."""
+
+    def __init__(self, monkeypatch, intercept: float, real: float, capacity: float):
+        self.intercept, self.real, self.capacity, self.tried = intercept, real, capacity, []
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+    def step(self, bs: int) -> None:
+        self.tried.append(bs)
+        if self.intercept + self.real * bs > self.capacity:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+def test_confirm_bisects_real_steps_when_the_fitted_limit_runs_out_of_memory(monkeypatch):
+    from memleak.planning import confirm_limit
+
+    # what the H100 run showed: 94 KiB a sample fitted at small batches, about 134 KiB at the limit
+    cap, a = 84.2e9, 345e6
+    dev = _Device(monkeypatch, a, 134e3, cap)
+    fit = headroom(peaks={1024: a + 94e3 * 1024, 4096: a + 94e3 * 4096}, capacity=cap, margin=0.1)
+    real = int((cap - a) / 134e3)
+    got = confirm_limit(dev.step, fit, torch.device("cuda", 0))
+    assert dev.tried[0] == largest_batch(fit.intercept, fit.slope, cap, 0.0) > real  # the fitted limit first
+    assert got.oom_batch is not None and got.confirmed_batch is not None
+    assert 0.99 * real <= got.confirmed_batch <= real < got.oom_batch
+    assert got.confirm_tries == len(dev.tried) <= 12
+    assert got.max_batch is not None and got.max_batch < fit.max_batch
+    assert a + 134e3 * got.max_batch * 1.0 <= cap / 1.1 * 1.01  # the margin kept, on the real cost
+    assert "ran out of memory" in str(got) and str(got.confirmed_batch) in str(got)
+    assert got.to_dict()["confirmed_batch"] == got.confirmed_batch
+
+
+def test_confirm_keeps_a_fit_whose_limit_runs(monkeypatch):
+    from memleak.planning import confirm_limit
+
+    dev = _Device(monkeypatch, 1e9, 100e3, 80e9)
+    fit = headroom(peaks={64: 1e9 + 100e3 * 64, 128: 1e9 + 100e3 * 128}, capacity=80e9)
+    got = confirm_limit(dev.step, fit, torch.device("cuda", 0))
+    assert len(dev.tried) == 1 and got.confirmed_batch == dev.tried[0] and got.oom_batch is None
+    assert got.max_batch == fit.max_batch and "one step at batch" in str(got)
+
+
+def test_confirm_lets_other_errors_through_and_needs_cuda(monkeypatch):
+    from memleak.planning import confirm_limit
+
+    _Device(monkeypatch, 0, 1, 1)
+    fit = headroom(peaks={1: 10, 2: 20}, capacity=1000)
+
+    def broken(bs):
+        raise ValueError("a bug in the step")
+
+    with pytest.raises(ValueError, match="a bug in the step"):
+        confirm_limit(broken, fit, torch.device("cuda", 0))
+    with pytest.raises(memleak.UsageError, match="confirm=True .* CUDA"):
+        headroom(lambda bs: None, batch_sizes=(1, 2), device="cpu", confirm=True)
+    with pytest.raises(memleak.UsageError, match="needs step_fn"):
+        headroom(peaks={1: 10, 2: 20}, capacity=1000, confirm=True)

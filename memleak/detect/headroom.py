@@ -37,6 +37,11 @@ class Headroom:
     accumulation_steps: int | None = None  # steps of micro_batch that make target_batch
     micro_batch: int | None = None
     residuals: dict[int, float] = field(default_factory=dict)  # batch -> (measured - fit) / measured
+    # confirm=True: the largest batch that ran in real steps near the fitted limit, the smallest
+    # that ran out of memory (None when the fitted limit itself ran), and the steps that took
+    confirmed_batch: int | None = None
+    oom_batch: int | None = None
+    confirm_tries: int = 0
 
     def predict(self, batch_size: float) -> float:
         """The fitted peak at `batch_size`, in bytes (without the margin)."""
@@ -69,6 +74,9 @@ class Headroom:
             "accumulation_steps": self.accumulation_steps,
             "micro_batch": self.micro_batch,
             "residuals": {str(k): v for k, v in self.residuals.items()},
+            "confirmed_batch": self.confirmed_batch,
+            "oom_batch": self.oom_batch,
+            "confirm_tries": self.confirm_tries,
         }
 
     def __str__(self) -> str:
@@ -93,6 +101,12 @@ class Headroom:
                 f"  no batch fits: the batch-independent part alone ({fmt_bytes(self.intercept)}) "
                 f"with the margin exceeds {fmt_bytes(self.usable)}"
             )
+        elif self.oom_batch is not None:
+            lines.append(
+                f"  largest batch that fits: {self.max_batch} (batch {self.confirmed_batch} ran and filled the "
+                f"{fmt_bytes(self.capacity)}; kept {self.margin:.0%} below it)"
+            )
+            lines += self._confirmation()
         else:
             lines.append(
                 f"  largest batch that fits: {self.max_batch} (predicted peak "
@@ -100,12 +114,7 @@ class Headroom:
                 f"{fmt_bytes(self.predict(self.max_batch) * (1 + self.margin))} "
                 f"with the margin, of {fmt_bytes(self.capacity)})"
             )
-            top = max(self.peaks)
-            if self.max_batch > 4 * top:
-                lines.append(
-                    f"  note: that is {self.max_batch / top:.0f}x the largest batch measured; "
-                    "confirm with one step at that size"
-                )
+            lines += self._confirmation()
         if self.target_batch is not None and self.accumulation_steps is not None:
             if self.accumulation_steps == 1:
                 lines.append(f"  target batch {self.target_batch}: fits in one step, no gradient accumulation needed")
@@ -117,6 +126,26 @@ class Headroom:
                     f"steps of {self.micro_batch}{extra}"
                 )
         return "\n".join(lines)
+
+    def _confirmation(self) -> list[str]:
+        """What real steps near the limit showed, or why to take them."""
+        if self.oom_batch is not None and self.confirmed_batch is not None:
+            return [
+                f"  confirmed on the device: batch {self.oom_batch} ran out of memory and {self.confirmed_batch} "
+                f"ran ({self.confirm_tries} steps tried); the fit alone said {self._fitted_limit()}"
+            ]
+        if self.confirmed_batch is not None:
+            return [f"  confirmed on the device: one step at batch {self.confirmed_batch} ran"]
+        top = max(self.peaks)
+        if self.max_batch is not None and self.max_batch > 4 * top:
+            return [
+                f"  note: that is {self.max_batch / top:.0f}x the largest batch measured; memory per sample can "
+                "grow at large batches: confirm=True tries it with real steps"
+            ]
+        return []
+
+    def _fitted_limit(self) -> int | None:
+        return largest_batch(self.intercept, self.slope, self.capacity, 0.0)
 
 
 # ---------------------------------------------------------------- fit and prediction
