@@ -54,6 +54,22 @@ def test_fragmenting_cache():
     assert "batch size" not in f.fix
 
 
+@pytest.mark.parametrize("reserve_end, fragmented", [(1142 * MiB, False), (12072 * MiB, True)])
+def test_a_reserve_that_follows_a_growing_peak_is_not_fragmentation(reserve_end, fragmented):
+    # the H100 run with lengths drifting upward: live memory at step ends flat at 129 MiB, the step's
+    # peak rising to 963 MiB; the reserve ended at 1,142 MiB with expandable segments, 12,072 without
+    n = 60
+    t = np.arange(n) / (n - 1)
+    allocated = np.full(n, 129 * MiB)
+    peak = np.maximum.accumulate(350 * MiB + 613 * MiB * t)
+    reserved = in_segments(400 * MiB + (reserve_end - 400 * MiB) * t, seg=2 * MiB)
+    run = make_run(allocated, reserved, allocated_peak_bytes=peak)
+    found = frag.detect(run)
+    assert bool(found) == fragmented, found
+    if fragmented:
+        assert any("12.5x the most memory ever live (963.0 MiB)" in e for e in found[0].evidence), found[0].evidence
+
+
 def test_stable_large_cache_is_not_a_problem():
     n = 80
     allocated = 20 * GiB + 20 * GiB * (np.arange(n) % 4) / 3          # sawtooth: accumulation over 4 micro-steps
