@@ -156,7 +156,9 @@ class LiveCheck:
         series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self.series.items()}
         own = np.nan_to_num(series[OWN_COLUMN])  # off the host series, as the detector takes it
         screened = {col: series[col] - own if col in HOST_COLUMNS else series[col] for col in MEMORY_COLUMNS}
-        if not any(_trends_up(y, min_rel_growth(col)) for col, y in screened.items()):
+        # the later half only: a warm-up ramp (first allocations, optimizer state, caches
+        # filling) then a flat line is the usual clean run, and a leak rises there too
+        if not any(_trends_up(y[len(y) // 2 :], min_rel_growth(col)) for col, y in screened.items()):
             return None  # the usual case, a clean run: no need for the full (~10 ms) analysis
         t0 = time.perf_counter()
         self.own_delta += _import_detector(read_now)
