@@ -87,7 +87,7 @@ class _Node:
 class AddBackward0:
     """A node's Python wrapper as torch 2.11 hands it out: made afresh by each ``next_functions``
     and freed once dropped, so the next wrapper made takes its memory, and its id, whichever node
-    it wraps (torch 2.13 keeps one wrapper per node for the node's life)."""
+    it wraps (as torch 2.12 does too; 2.13 keeps one wrapper per node for the node's life)."""
 
     pool: list = []  # every wrapper made; one no one else holds is free memory
     free_refs = 0  # sys.getrefcount of a pooled wrapper no one else holds

@@ -12,7 +12,7 @@ own.
 
 A node is told by what it is, never by its Python wrapper: torch may make a fresh wrapper for a
 C++ node each time one is asked for (``next_functions``, ``grad_fn``) and free it as soon as it is
-dropped (torch 2.11 does; 2.13 keeps one per node), so ``id(wrapper)`` is reused within one walk
+dropped (torch 2.11 and 2.12 do; 2.13 keeps one per node), so ``id(wrapper)`` is reused in one walk
 and means nothing at the next sample. Between samples a node is its class name, sequence number
 (numbered as nodes are created, per thread) and output number (no reference kept): only a node
 of the same class, number and output made in another thread could pass for it. Within one walk
