@@ -12,6 +12,7 @@ from torch import nn
 import memleak
 from memleak.detect import graphs
 from memleak.probes import frames
+from memleak.probes import graphs as probe_graphs
 from memleak.probes.frames import user_site
 from memleak.probes.holders import walk_roots
 from memleak.probes.identity import Ages
@@ -73,6 +74,85 @@ def test_detached_state_and_independent_outputs_are_not_linked():
         prev = last.roots
     assert not last.holders["outputs"].linked
     assert not last.holders["carried"].linked
+
+
+# ---------------------------------------------------------------- probe: wrappers made per access
+class _Node:
+    """A C++ autograd node: a sequence number and its inputs, (node, output number)."""
+
+    def __init__(self, seq, inputs=()):
+        self.seq, self.inputs = seq, list(inputs)
+
+
+class AddBackward0:
+    """A node's Python wrapper as torch 2.11 hands it out: made afresh by each ``next_functions``
+    and freed once dropped, so the next wrapper made takes its memory, and its id, whichever node
+    it wraps (as torch 2.12 does too; 2.13 keeps one wrapper per node for the node's life)."""
+
+    pool: list = []  # every wrapper made; one no one else holds is free memory
+    free_refs = 0  # sys.getrefcount of a pooled wrapper no one else holds
+
+    def __init__(self, node):
+        self.node = node
+
+    @classmethod
+    def of(cls, node):
+        for w, refs in zip(cls.pool, cls._refs(), strict=True):
+            if refs <= cls.free_refs:  # dead: its memory goes to the new wrapper
+                w.node = node
+                return w
+        w = cls(node)
+        cls.pool.append(w)
+        return w
+
+    @classmethod
+    def _refs(cls):
+        return [sys.getrefcount(w) for w in cls.pool]
+
+    @property
+    def next_functions(self):
+        return tuple((AddBackward0.of(n), nr) for n, nr in self.node.inputs)
+
+    def _sequence_nr(self):
+        return self.node.seq
+
+
+AddBackward0.pool.append(AddBackward0(None))
+AddBackward0.free_refs = AddBackward0._refs()[0]
+
+
+def _chain(n):
+    node = _Node(0)
+    for seq in range(1, n):
+        node = _Node(seq, [(node, 0)])
+    return node
+
+
+def test_the_fake_wrappers_reuse_ids_as_torch_2_11s_do():
+    a = AddBackward0.of(_Node(1))
+    freed = id(a)
+    del a
+    assert id(AddBackward0.of(_Node(2))) == freed
+
+
+def test_a_chain_is_counted_whole_when_each_wrapper_dies_after_use():
+    info = probe_graphs.graph_info([AddBackward0.of(_chain(40))], cap=1000)
+    assert (info.nodes, info.capped, info.lo, info.hi) == (40, False, 0, 39)
+    assert probe_graphs.graph_info([AddBackward0.of(_chain(40))], cap=10).nodes == 10
+
+
+def test_a_link_is_told_by_the_node_not_by_its_wrapper():
+    old = _Node(5)
+    kept = AddBackward0.of(old)  # alive: the next wrapper of the same node gets another id
+    prev = probe_graphs.roots_of([(kept, 0)])
+    new = _Node(9, [(old, 0)])
+    now = probe_graphs.roots_of([(AddBackward0.of(new), 0)])
+    assert probe_graphs.graph_info([AddBackward0.of(new)], 100, prev, now).linked
+    other_output = _Node(9, [(old, 1)])  # the same node, another of its outputs: not what was held
+    assert not probe_graphs.graph_info([AddBackward0.of(other_output)], 100, prev, now).linked
+    still_held = probe_graphs.roots_of([(AddBackward0.of(new), 0), (kept, 0)])  # a container of both
+    assert not probe_graphs.graph_info([AddBackward0.of(new)], 100, prev, still_held).linked
+    assert probe_graphs.roots_of([(AddBackward0.of(_Node(probe_graphs.NO_SEQ)), 0)]) == set()
 
 
 # ---------------------------------------------------------------- detector

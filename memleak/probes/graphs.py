@@ -10,8 +10,13 @@ what it held at the previous sampled step. A loss recomputed each step from a ca
 state reaches the hidden state's old node, never its own old node; the hidden state reaches its
 own.
 
-Only node ids, sequence numbers and output numbers are kept between samples (no reference);
-a node whose id was reused has another sequence number.
+A node is told by what it is, never by its Python wrapper: torch may make a fresh wrapper for a
+C++ node each time one is asked for (``next_functions``, ``grad_fn``) and free it as soon as it is
+dropped (torch 2.11 and 2.12 do; 2.13 keeps one per node), so ``id(wrapper)`` is reused in one walk
+and means nothing at the next sample. Between samples a node is its class name, sequence number
+(numbered as nodes are created, per thread) and output number (no reference kept): only a node
+of the same class, number and output made in another thread could pass for it. Within one walk
+the wrappers met are kept until the walk ends, so their ids stay unique while ``seen`` uses them.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from dataclasses import dataclass
 # AccumulateGrad nodes carry UINT64_MAX as their sequence number.
 NO_SEQ = 1 << 63
 
-#: (id(node), output number) -> the node's sequence number.
-Roots = dict[tuple[int, int], int]
+#: (node class name, sequence number, output number) of the outputs a holder's tensors hold.
+Roots = set[tuple[str, int, int]]
 
 
 @dataclass
@@ -44,9 +49,17 @@ def _seq(node) -> int:
         return NO_SEQ
 
 
+def node_key(node, nr: int) -> tuple[str, int, int] | None:
+    """Who an output of a node is, whichever wrapper torch hands out for it; None for a node
+    with no sequence number (AccumulateGrad): it cannot be told apart from its kind."""
+    seq = _seq(node)
+    return None if seq >= NO_SEQ else (type(node).__name__, seq, nr)
+
+
 def roots_of(edges: Iterable[tuple[object, int]]) -> Roots:
     """The (node, output number) pairs of a holder's tensors, keyed for the next sample."""
-    return {(id(n), nr): _seq(n) for n, nr in edges if n is not None}
+    keys = (node_key(n, nr) for n, nr in edges if n is not None)
+    return {k for k in keys if k is not None}
 
 
 def graph_info(grad_fns: list, cap: int, prev: Roots | None = None, now: Roots | None = None) -> GraphInfo:
@@ -56,14 +69,16 @@ def graph_info(grad_fns: list, cap: int, prev: Roots | None = None, now: Roots |
     them is not built on its past, a value computed from the one it replaced is."""
     info = GraphInfo()
     if prev and now:
-        prev = {k: v for k, v in prev.items() if k not in now}
-    seen: set[int] = set()
+        prev = prev - now
+    # id -> the wrapper, kept until the walk ends: a wrapper freed when popped would hand its id
+    # to the next one made, and that node would pass for one already seen
+    seen: dict[int, object] = {}
     stack = list(grad_fns)
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         seq = _seq(node)
         if seq < NO_SEQ:
             info.lo = seq if info.lo is None or seq < info.lo else info.lo
@@ -79,8 +94,7 @@ def graph_info(grad_fns: list, cap: int, prev: Roots | None = None, now: Roots |
             if n is None:
                 continue
             if prev and not info.linked:
-                want = prev.get((id(n), nr))
-                info.linked = want is not None and want == _seq(n)
+                info.linked = node_key(n, nr) in prev
             if id(n) not in seen:
                 stack.append(n)
     info.nodes = len(seen)

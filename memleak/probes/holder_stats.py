@@ -157,7 +157,7 @@ class HolderTally:
         the references the tally kept to do it."""
         left = self.graph_cap * 4
         for st in sorted(self.holders.values(), key=lambda s: -len(s._grad_fns)):
-            now = roots_of(zip(st._grad_fns, st._out_nrs, strict=True)) if st._grad_fns else {}
+            now = roots_of(zip(st._grad_fns, st._out_nrs, strict=True)) if st._grad_fns else set()
             if st._grad_fns and left > 0:
                 info: GraphInfo = graph_info(
                     st._grad_fns, min(self.graph_cap, left), self.prev_roots.get(st.holder), now
