@@ -137,6 +137,21 @@ def test_the_cheap_screen_passes_growth_and_stops_flat_noise():
     assert not _trends_up(np.array([np.nan] * 40), 1e-3)
 
 
+def test_the_live_screen_looks_past_a_warm_up_ramp():
+    # A small clean loop's heap ramps up for its first ~25 steps, then stays flat; the screen on the
+    # whole series passed it, and the detector (pandas, scipy: ~125 MiB) was imported mid-run.
+    import numpy as np
+
+    from memleak.recorder.live import _trends_up, later_half_rises
+    rng = np.random.default_rng(1)
+    steps = np.arange(60)
+    ramp_then_flat = 117.5e6 + 5e5 * np.minimum(steps, 25) / 25 + rng.normal(0, 2e3, 60)
+    assert _trends_up(ramp_then_flat, 1e-3)  # what fired before
+    assert not later_half_rises(ramp_then_flat, 1e-3)
+    leak = 117.5e6 + 2e4 * steps + rng.normal(0, 2e3, 60)
+    assert later_half_rises(leak, 1e-3)
+
+
 def test_garbage_the_live_check_collects_is_not_read_as_a_release():
     """The live check runs gc.collect(); the user's old cyclic garbage it frees is a drop memleak
     made, not memory the run gave back: a steady leak stays a leak."""

@@ -71,6 +71,13 @@ def _trends_up(y, min_rel: float, min_tau: float = 0.3, points: int = 200) -> bo
     return kendall_tau(y) >= min_tau
 
 
+def later_half_rises(y, min_rel: float) -> bool:
+    """The live check's screen: `_trends_up` on the later half of the series. A warm-up ramp
+    (first allocations, optimizer state, caches filling) then a flat line is the usual clean
+    run, and it must not import the detector; a leak rises in the later half too."""
+    return _trends_up(y[len(y) // 2 :], min_rel)
+
+
 def kendall_tau(y) -> float:
     """Kendall's tau of `y` (at least two values) against its order, in numpy: a few
     microseconds for the short series the screens look at, where scipy's would cost more."""
@@ -156,9 +163,7 @@ class LiveCheck:
         series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self.series.items()}
         own = np.nan_to_num(series[OWN_COLUMN])  # off the host series, as the detector takes it
         screened = {col: series[col] - own if col in HOST_COLUMNS else series[col] for col in MEMORY_COLUMNS}
-        # the later half only: a warm-up ramp (first allocations, optimizer state, caches
-        # filling) then a flat line is the usual clean run, and a leak rises there too
-        if not any(_trends_up(y[len(y) // 2 :], min_rel_growth(col)) for col, y in screened.items()):
+        if not any(later_half_rises(y, min_rel_growth(col)) for col, y in screened.items()):
             return None  # the usual case, a clean run: no need for the full (~10 ms) analysis
         t0 = time.perf_counter()
         self.own_delta += _import_detector(read_now)
