@@ -283,6 +283,20 @@ class ModuleOutputs(_Positional):
 
 
 @dataclass(frozen=True, slots=True)
+class RegisteredRow(_Positional):
+    """A module whose registered entries (submodules, parameters, buffers) changed in number since
+    the probe first saw it: a container that gains a module every step (a list in the file)."""
+
+    path: str  # the module's path in the model ("<root>" for the model itself)
+    first: int  # its direct submodules + parameters + buffers when first seen
+    entries: int  # ... now
+    bytes: int = 0  # parameters and buffers of its whole subtree
+    grad_bytes: int = 0  # gradients of those parameters
+    state_bytes: int = 0  # the optimizer's state for those parameters
+    newest: str = ""  # the path of its newest entry (`heads.head_29`)
+
+
+@dataclass(frozen=True, slots=True)
 class ModulesRecord(_Record):
     """The ``modules`` record: per-module memory deltas since the last detail step (probes/modules.py)."""
 
@@ -292,8 +306,10 @@ class ModulesRecord(_Record):
     categories: dict[str, int] = field(default_factory=dict, hash=False)  # parameter, buffer, gradient, ... bytes
     modules: tuple[ModuleRow, ...] = ()  # the modules that ran or left outputs alive
     alive: tuple[ModuleOutputs, ...] = ()  # outputs from earlier detail steps still alive
+    registered: tuple[RegisteredRow, ...] = ()  # modules whose registered entries changed in number
 
-    NESTED = {"modules": ModuleRow, "alive": ModuleOutputs}
+    NESTED = {"modules": ModuleRow, "alive": ModuleOutputs, "registered": RegisteredRow}
+    OPTIONAL = frozenset({"registered"})
 
 
 # ---------------------------------------------------------------- events

@@ -12,12 +12,13 @@ Pure over the records the TensorProbe and ModuleProbe write (docs/detectors-culp
   start are all still alive accumulates (a bounded cache lets its old ones go).
 - ``saved``: tensors autograd saved for backward on earlier deep steps that a
   graph still holds. Growing: graphs are retained.
-- ``modules``: per-module outputs still alive steps later, and forward deltas.
+- ``modules``: per-module outputs still alive steps later, forward deltas, and modules that
+  gain registered submodules or parameters step after step (registered).
 
 Each cause gives one finding per location; suspects.rank merges findings with
 the same location. Here ``detect`` runs the causes in turn over one table of
-entries (culprit_table): holder_growth, survivors (births), saved_graphs and
-module_outputs; culprit_fixes words the fixes.
+entries (culprit_table): holder_growth, survivors (births), saved_graphs,
+registered and module_outputs; culprit_fixes words the fixes.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .culprit_table import Entries, merge_siblings
 from .graphs import linked_counts
 from .holder_growth import buffer_findings, holder_findings
 from .module_outputs import module_evidence
+from .registered import registered_findings
 from .saved_graphs import attach_saved, saved_growth
 from .survivors import birth_findings
 
@@ -47,6 +49,7 @@ def detect(run: Run) -> list[Finding]:
     # order matters: survivors and saved graphs credit the holders' entries made before them
     holder_findings(holders, hkinds, saved_info, findings, carried)
     buffer_findings(holders, findings)
+    registered_findings(run.module_records, findings)
     birth_findings(run.births, holders, hkinds, findings)
     if saved_info is not None:
         attach_saved(saved_info, findings, hkinds)

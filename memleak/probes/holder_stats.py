@@ -94,6 +94,8 @@ class HolderTally:
         self.graph_cap = graph_cap
         self.holders: dict[str, HolderStats] = {}
         self.tensor_holder: dict[int, str] = {}
+        #: parameters of modules outside the tracked model (kept in a plain list, a dict): counted
+        self.foreign_params: set[int] = set()
 
     def _name_unsampled(self, items, holder: str) -> None:
         """Map every tensor in a long container, or in the dicts, tuples and lists it holds (a
@@ -123,7 +125,7 @@ class HolderTally:
         return st
 
     def _tensor(self, t: torch.Tensor, holder: str, kind: str, weight: float, note: str) -> None:
-        if isinstance(t, torch.nn.Parameter) or id(t) in self.exclude:
+        if id(t) in self.exclude or (isinstance(t, torch.nn.Parameter) and id(t) not in self.foreign_params):
             return
         st = self._stats(holder, kind)
         if note and not st.note:

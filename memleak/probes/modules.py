@@ -44,6 +44,7 @@ from ..schema import RecordType
 from . import Probe, ProbeContext, Unavailable
 from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, local_tensor, tensor_nbytes, user_path
+from .registry import Registry
 
 MAX_OUTPUTS = 4  # tensors kept (weakly) per module call on detail steps
 MAX_COHORTS = 8
@@ -130,6 +131,8 @@ class ModuleProbe(Probe):
         self.plain: float | None = None  # the time of a step without hooks (a moving average)
         self.scan = ctx.level == "modules"
         self.ages = Ages()
+        self.registry = Registry()
+        self.registry.rows(model)  # each module's registered entries as they are before the loop
         self.hooked = True
         if is_compiled(model):  # Python hooks in a compiled forward break its graphs
             self._limit("the model is compiled")
@@ -270,7 +273,13 @@ class ModuleProbe(Probe):
             cats["activation"] = max(0, int(self.fwd[0] / n)) if self.paths else 0
         kept = [ModuleOutputs(self.paths[i], b, c, nb) for (i, b), (c, nb) in sorted(alive.items())]
         rec = ModulesRecord(
-            step=step, steps=n, counter=self.counter_name, categories=cats, modules=tuple(rows), alive=tuple(kept)
+            step=step,
+            steps=n,
+            counter=self.counter_name,
+            categories=cats,
+            modules=tuple(rows),
+            alive=tuple(kept),
+            registered=self.registry.rows(model, opt) if model is not None else (),
         )
         self.ctx.emit(RecordType.MODULES, rec.to_dict())
         self.calls = [0] * len(self.paths)
@@ -363,3 +372,5 @@ class ModuleProbe(Probe):
         self.detail = False
         if hasattr(self, "ages"):
             self.ages.clear()
+        if hasattr(self, "registry"):
+            self.registry.clear()

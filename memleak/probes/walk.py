@@ -289,6 +289,16 @@ class Walk(HolderTally):
                 p = f"{path}.{k}" if path else k
                 key, nb = tensor_nbytes(b)
                 self.buffers[p] = [int(b.numel()), nb]
+        if name is None:
+            # a module outside the tracked model (in a plain list, a dict, a variable): its
+            # parameters are tensors what holds it keeps, not the model's
+            for k, prm in d.get("_parameters", {}).items():
+                if prm is not None:
+                    self.foreign_params.add(id(prm))
+                    p, h = f"{path}.{k}" if path else k, child_holder(holder, path, k)
+                    self.push(prm, p, h, kind, weight, note)
+                    if prm.grad is not None:  # its gradient is kept with it
+                        self.push(prm.grad, p, h, kind, weight, note)
         where = path or type(mod).__name__
         for hk in HOOK_DICTS:
             hooks = d.get(hk)

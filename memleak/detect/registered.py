@@ -1,0 +1,87 @@
+"""Modules that gain registered submodules or parameters step after step (the ``registered`` rows
+of the ``modules`` records): a module created inside forward() or the training loop and assigned
+to the model (`self.heads[f"head_{step}"] = nn.Linear(...)`, `self.blocks.append(...)`,
+`add_module`, `register_parameter`) is kept, with its gradients, for as long as the model lives.
+
+Parameters are no survivors and no attribute the walk names, so without these rows only the
+memory categories (parameters grow) or the heap's growth would say anything, and name nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..records import ModulesRecord, RegisteredRow
+from ..schema import Kind
+from ..units import fmt_bytes
+from .culprit_table import Entries, entry
+from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, sustained_rise
+from .trend import theil
+
+
+def registered_findings(modules: Sequence[ModulesRecord], findings: Entries) -> None:
+    """An entry for every module whose registered entries keep growing in number."""
+    if len(modules) < MIN_SAMPLES:
+        return
+    steps = [r.step for r in modules]
+    rows: dict[str, list[RegisteredRow | None]] = defaultdict(lambda: [None] * len(modules))
+    for i, r in enumerate(modules):
+        for row in r.registered:
+            rows[row.path][i] = row
+    for path, series in rows.items():
+        first = next(r for r in series if r is not None).first
+        counts = [float(r.entries if r is not None else first) for r in series]
+        trend = sustained_rise(steps, counts, MIN_COUNT_RISE)
+        if trend is not None:
+            _entry(findings, path, steps, series, counts, trend)
+
+
+def _entry(findings: Entries, path: str, steps: list[int], series, counts: list[float], trend: dict) -> None:
+    seen = [(s, r) for s, r in zip(steps, series, strict=True) if r is not None]
+    last = seen[-1][1]
+    size = _per_step([s for s, _ in seen], [float(r.bytes) for _, r in seen], trend)
+    grads = _per_step([s for s, _ in seen], [float(r.grad_bytes) for _, r in seen], trend)
+    state = _per_step([s for s, _ in seen], [float(r.state_bytes) for _, r in seen], trend)
+    bps = max(0.0, size) + max(0.0, grads) + max(0.0, state)
+    span = f"steps {steps[0]}-{steps[-1]}"
+    evidence = [
+        f"{path} gains registered submodules or parameters as the run goes: {int(counts[0])} -> "
+        f"{int(counts[-1])} entries over {span} ({trend['slope']:.2g} per step)"
+        + (f", the newest {last.newest}" if last.newest else ""),
+        f"its parameters and buffers grow {fmt_bytes(max(0.0, size))} per step (now {fmt_bytes(last.bytes)}), "
+        f"their gradients {fmt_bytes(max(0.0, grads))} per step (now {fmt_bytes(last.grad_bytes)})"
+        + (f", the optimizer's state for them {fmt_bytes(max(0.0, state))} per step" if last.state_bytes else ""),
+        "registered parameters are no tensors a variable keeps: they stay in model.parameters() and "
+        "state_dict(), get gradients, and are freed only with the model",
+    ]
+    where = f"`{path}`" if path != "<root>" else "the model"
+    newest = f" (newest: `{last.newest}`)" if last.newest else ""
+    fix = (
+        f"{where} gets a new submodule or parameter on every step{newest}: a module created inside forward() "
+        "or the training loop and assigned to a module (`self.heads[key] = nn.Linear(...)`, "
+        "`.append(...)`, `add_module`, `register_parameter`) is registered, kept and trained forever. "
+        "Create modules once in __init__ and reuse them (index a fixed ModuleList/ModuleDict, or call "
+        "torch.nn.functional with weights made once); an architecture that must grow should grow rarely "
+        "and within a bound."
+    )
+    f = entry(findings, path, kind=Kind.CACHED_TENSOR)
+    f.update(
+        kind=Kind.CACHED_TENSOR,
+        leak=True,
+        confidence=max(f["confidence"], trend["confidence"]),
+        bps=max(f["bps"], bps),
+        total=max(f["total"], float(last.bytes + last.grad_bytes + last.state_bytes)),
+        fix=fix,
+        data={**f["data"], "holder_kind": "registered", "steps": steps, "entries": counts},
+    )
+    f["evidence"].extend(evidence)
+
+
+def _per_step(steps: list[int], values: list[float], trend: dict) -> float:
+    """Bytes per step: the trend of the rows seen, else their size shared over the entries' span."""
+    if len(values) >= 2 and steps[-1] > steps[0]:
+        return float(theil(np.asarray(steps, dtype=float), np.asarray(values, dtype=float))[0])
+    return values[-1] / max(1, trend["span"])
