@@ -65,3 +65,21 @@ def test_set_default_device_keeps_tagging():
     finally:
         torch.set_default_device(None)
     assert report.suspects and expected["location"] in report.suspects[0].location, str(report)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("level", ["full", "auto"])
+def test_culprit_named_under_the_cuda_default_device(level):
+    # what the H100 acceptance run found: the corpus under `with torch.device("cuda")` lost its culprits
+    mod = scenarios.load("leak_custom_function_ctx")
+    made = []
+
+    def factory(model, **kw):
+        made.append(memleak.track(model, level=level, **kw))
+        return made[-1]
+
+    with torch.device("cuda"):
+        mod.run(factory)
+    report = made[-1].report()
+    assert report.run.meta["device"].startswith("cuda")
+    assert report.suspects and mod.EXPECTED["location"] in report.suspects[0].location, str(report)

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
+import memleak
 from memleak.probes import ProbeContext
 from memleak.probes import allocator as allocator_probe
 from memleak.probes import budget as budget_module
@@ -138,3 +139,18 @@ def test_the_module_hooks_read_allocated_bytes_from_the_nested_statistics(monkey
     assert name == "cuda_allocated" and read is not None and read() == 6144
     monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", lambda index: {})  # CUDA not started
     assert read() == 0
+
+
+@pytest.mark.cuda
+def test_a_counters_run_on_cuda_reads_the_driver_at_no_step():
+    model = torch.nn.Linear(256, 256).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with memleak.track(model, optimizer=opt, level="counters") as tracker:
+        for _ in range(30):
+            model(torch.randn(64, 256, device="cuda")).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    steps = tracker.run().steps
+    assert "device_free_bytes" not in steps and steps["allocated_bytes"].notna().all()
+    if "nvml_process_bytes" in steps:  # NVML on its budget: some steps read, not necessarily all
+        assert steps["nvml_device_used_bytes"].notna().any()
