@@ -251,8 +251,7 @@ def _creep_signal(w: _Window, signals: dict[str, _Signal], data: dict) -> Growth
     creep = steady_growth(reserved[start:] - allocated[start:])
     if not (creep and creep.steady and creep.rise >= MIN_GROWTH):
         return creep
-    peak = _column(w.steps, "allocated_peak_bytes")
-    high = float(np.max(peak)) if peak is not None else 0.0
+    high = _peak(w.steps, "allocated_peak_bytes", np.zeros(1))  # 0 in a run without the column: no test
     if high and reserved[-1] < PEAK_SLACK * high:
         data["reserve_over_peak"] = float(reserved[-1] / high)
         return creep  # the reserve follows the peak: the cache is doing its job

@@ -42,9 +42,11 @@ def registered_findings(modules: Sequence[ModulesRecord], findings: Entries) -> 
 def _entry(findings: Entries, path: str, steps: list[int], series, counts: list[float], trend: dict) -> None:
     seen = [(s, r) for s, r in zip(steps, series, strict=True) if r is not None]
     last = seen[-1][1]
-    size = _per_step([s for s, _ in seen], [float(r.bytes) for _, r in seen], trend)
-    grads = _per_step([s for s, _ in seen], [float(r.grad_bytes) for _, r in seen], trend)
-    state = _per_step([s for s, _ in seen], [float(r.state_bytes) for _, r in seen], trend)
+    at = [s for s, _ in seen]
+    size, grads, state = (
+        _per_step(at, [float(getattr(r, field)) for _, r in seen], trend)
+        for field in ("bytes", "grad_bytes", "state_bytes")
+    )
     bps = max(0.0, size) + max(0.0, grads) + max(0.0, state)
     span = f"steps {steps[0]}-{steps[-1]}"
     evidence = [

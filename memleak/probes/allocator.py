@@ -28,12 +28,6 @@ STAT_COLUMNS = {
 }
 
 
-def _backend(device: torch.device):
-    if device.type == "cuda":
-        return torch.cuda
-    return torch.accelerator
-
-
 def read_allocator(device: torch.device, driver: bool = False) -> dict[str, Any]:
     """The allocator columns for `device` now (empty for CPU). `driver`: also the driver's free
     and total bytes (``cudaMemGetInfo``), read at an OOM only: the call can wait for the device
@@ -49,7 +43,7 @@ def read_allocator(device: torch.device, driver: bool = False) -> dict[str, Any]
             values["device_free_bytes"] = int(free)
             values["device_total_bytes"] = int(total)
         return values
-    stats = _backend(device).memory_stats(device.index)
+    stats = torch.accelerator.memory_stats(device.index)  # XPU and other accelerators: the flat keys
     return {col: int(stats[key]) for key, col in STAT_COLUMNS.items() if key in stats}
 
 

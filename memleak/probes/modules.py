@@ -42,6 +42,7 @@ from torch.nn.modules import module as module_hooks
 from ..records import Event, ModuleOutputs, ModuleRow, ModulesRecord
 from ..schema import RecordType
 from . import Probe, ProbeContext, Unavailable
+from .allocator import nested_value
 from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, local_tensor, tensor_nbytes, user_path
 from .registry import Registry
@@ -57,8 +58,7 @@ WINDOW_GAP = 2
 
 def cuda_allocated(index: int | None) -> int:
     """The CUDA allocator's allocated bytes (0 before CUDA starts), without flattening its statistics."""
-    stats = torch.cuda.memory_stats_as_nested_dict(index)
-    return int(stats["allocated_bytes"]["all"]["current"]) if stats else 0
+    return int(nested_value(torch.cuda.memory_stats_as_nested_dict(index), "allocated_bytes.all.current") or 0)
 
 
 def memory_counter(device: torch.device) -> tuple[Callable[[], int] | None, str]:
