@@ -56,6 +56,10 @@ class Probe:
         what was learned (tags, weak references) for the next window. The fixed levels never call
         it; the counters probes, which read every step, ignore it."""
 
+    def in_optimizer(self, on: bool) -> None:
+        """torch's own optimizer step starts (`on`) or ended: no closure and no hook of the user's runs
+        in it, so nothing made in it is the user's (a probe watching ops may look away)."""
+
     def finish(self, step: int) -> None:
         """The run ended; `step` was its last step (called once, before stop)."""
 

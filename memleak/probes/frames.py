@@ -8,6 +8,7 @@ Split from `holders` (the reference walk starts from these frames).
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import sysconfig
@@ -98,6 +99,13 @@ def _frame_kind(code) -> int:
             hit = _USER
         _site_kind[name] = hit
     return hit
+
+
+def makes_no_user_tensors(fn: Callable[..., Any]) -> bool:
+    """Whether every tensor `fn` makes (torch.optim's own ``step``, under torch's wrappers) gets no
+    creation site: `user_site` stops at its frames."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return code is not None and _frame_kind(code) == _NOT_USERS
 
 
 def user_site(start_depth: int = 1) -> str | None:

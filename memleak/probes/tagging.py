@@ -107,10 +107,32 @@ class Tagging:
         self.hooks.__enter__()
         self.mode: _BirthMode | None = _BirthMode(self)
         self.mode.__enter__()
+        self.paused = False  # the mode is off the stack for a while (`pause`)
 
     def pack(self, t: torch.Tensor) -> Any:
         p = self.probe
         return t if p is None or torch.compiler.is_compiling() else p._pack(t)
+
+    def pause(self) -> None:
+        """Take the mode off the stack for a stretch where no tensor made gets a creation site (torch's
+        own optimizer step: a mode there costs a Python call per op for nothing), if this is its
+        thread and it is on top."""
+        n = torch._C._len_torch_function_stack()
+        if (
+            self.mode is not None
+            and not self.paused
+            and threading.get_ident() == self.thread
+            and n
+            and torch._C._get_function_stack_at(n - 1) is self.mode
+        ):
+            self.mode.__exit__(None, None, None)
+            self.paused = True
+
+    def resume(self) -> None:
+        """Put the mode back after `pause`."""
+        if self.paused and self.mode is not None and threading.get_ident() == self.thread:
+            self.paused = False
+            self.mode.__enter__()
 
     def remove(self) -> str | None:
         """Turn inert, and pop the mode and hooks if this is their thread and they are on top; else
@@ -130,6 +152,8 @@ class Tagging:
     def _pop(self) -> str | None:
         """Pop the mode, then the hooks, each only if on top of this thread's stack; None when both went."""
         n = torch._C._len_torch_function_stack()
+        if self.paused:  # off the stack already (the step ended inside the optimizer's)
+            self.mode, self.paused = None, False
         if self.mode is not None:
             if not (n and torch._C._get_function_stack_at(n - 1) is self.mode):
                 return "a torch function mode was left open over memleak's"

@@ -154,6 +154,11 @@ class TensorProbe(Probe):
                 return
             self._mode = Tagging(self)
 
+    def in_optimizer(self, on: bool) -> None:
+        mode = self._mode
+        if isinstance(mode, Tagging):
+            mode.pause() if on else mode.resume()
+
     def set_detail(self, step: int, on: bool) -> None:
         self.window = on
         self.next_deep = max(step, 1) if on else math.inf  # step 0 runs first-use set-up: not a sample

@@ -51,10 +51,11 @@ from typing import Any
 import torch
 import torch.nn.modules.module as module_hooks
 
+from ..probes.frames import makes_no_user_tensors
 from ..probes.identity import is_compiled
 from ..probes.scaler import find_scaler
 from ..schema import Boundary
-from .outside_compile import add_step_hook, outside_dynamo
+from .outside_compile import add_step_hook, only_memleaks_step_hooks, outside_dynamo
 from .scaler_skips import ScalerSkips
 
 STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
@@ -79,8 +80,10 @@ def _first_grad_fn(out: Any) -> Any:
 class Boundaries:
     """Decides when an iteration ends; `end(kind, skipped)` records it (the Tracker's, under its lock)."""
 
-    def __init__(self, end: Callable[[Boundary, bool], None]):
+    def __init__(self, end: Callable[[Boundary, bool], None], in_optimizer: Callable[[bool], None] = lambda on: None):
         self._end = end
+        self._in_optimizer = in_optimizer  # told when torch's own optimizer step starts and ends (`_hook_optimizer`)
+        self._paused: list[bool] = []  # per optimizer.step() running, whether it told `in_optimizer`
         self.mode: Boundary | None = None  # the strongest source seen so far
         self.auto = False  # backward passes and calls of the model may end iterations (memleak run)
         self.kind: Boundary | None = None  # that of the last iteration recorded (the Tracker sets it)
@@ -139,15 +142,24 @@ class Boundaries:
 
     def _hook_optimizer(self, opt: Any, ending: bool) -> None:
         me = weakref.ref(self)
+        # torch.optim's own step makes no tensor of the user's, unless it calls a closure or a hook
+        torchs = makes_no_user_tensors(type(opt).step)
 
-        def pre(optimizer: Any) -> None:
+        def pre(optimizer: Any, args: tuple, kwargs: dict) -> None:
             b = me()
             if b is not None:
                 b.in_step += 1
+                # args[0] is the optimizer itself; anything more is a closure
+                quiet = torchs and len(args) <= 1 and not kwargs and only_memleaks_step_hooks(optimizer)
+                b._paused.append(quiet)
+                if quiet:
+                    b._in_optimizer(True)
 
-        def post(optimizer: Any) -> None:
+        def post(optimizer: Any, *_: Any) -> None:
             b = me()
             if b is not None:
+                if b._paused and b._paused.pop():
+                    b._in_optimizer(False)
                 b._on_optimizer_step(ending)
 
         # empty where dynamo traces them: a step compiled whole is seen by `_stepped_unseen`
@@ -174,6 +186,7 @@ class Boundaries:
         self._handles.clear()
         self._node_handles.clear()
         self.in_step = 0
+        self._paused.clear()
         self._hook_optimizer(optimizer, ending=True)
         self.scaler_skips.start(optimizer)
         if self.optimizer_steps is None:

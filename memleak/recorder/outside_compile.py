@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+import torch.optim.optimizer as optimizer_hooks
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -39,20 +40,41 @@ def outside_dynamo(fn: F) -> F:
     return fn if dynamo is None else dynamo.disable(fn)
 
 
-def step_hook(work: Callable[[Any], None]) -> Callable[[Any, Any, Any], None]:
-    """An optimizer step hook (pre or post) that calls ``work(optimizer)`` in eager code and is
-    empty where dynamo traces it (a compiled ``optimizer.step()``)."""
+StepWork = Callable[[Any, tuple, dict], None]
+
+
+def step_hook(work: StepWork) -> Callable[[Any, Any, Any], None]:
+    """An optimizer step hook (pre or post) that calls ``work(optimizer, args, kwargs)`` in eager
+    code and is empty where dynamo traces it (a compiled ``optimizer.step()``)."""
     outside = outside_dynamo(work)
 
     def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
         if torch.compiler.is_compiling():  # folded by dynamo: nothing of memleak's in the graph
             return
-        outside(optimizer)
+        outside(optimizer, args, kwargs)
 
     return hook
 
 
-def add_step_hook(register: Callable[[Any], Any], hooks: dict[Any, Any], work: Callable[[Any], None]) -> Any:
+def _is_memleaks(key: Any) -> bool:
+    return isinstance(key, tuple) and key[:1] == ("memleak",)
+
+
+def only_memleaks_step_hooks(opt: Any) -> bool:
+    """Whether every step hook that `opt.step()` runs (its own and the global ones) is memleak's."""
+    return all(
+        _is_memleaks(k)
+        for hooks in (
+            opt._optimizer_step_pre_hooks,
+            opt._optimizer_step_post_hooks,
+            optimizer_hooks._global_optimizer_pre_hooks,
+            optimizer_hooks._global_optimizer_post_hooks,
+        )
+        for k in hooks
+    )
+
+
+def add_step_hook(register: Callable[[Any], Any], hooks: dict[Any, Any], work: StepWork) -> Any:
     """``register(step_hook(work))`` (an optimizer's ``register_step_post_hook``, or the global
     one, whose dict is `hooks`), keyed ``("memleak", n)`` with the first n free, not by the
     handle's new id; returns the handle, which removes it as usual."""

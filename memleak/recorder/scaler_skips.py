@@ -73,7 +73,7 @@ class ScalerSkips:
             self._remember(scaler, updates_since=0)
             me = weakref.ref(self)
 
-            def post(optimizer: Any) -> None:
+            def post(optimizer: Any, *_: Any) -> None:
                 counter = me()
                 if counter is not None and optimizer is not counter._ending():
                     counter._others += 1

@@ -73,7 +73,7 @@ class Tracker:
         self._probes: list[Probe] = []
         self._hooks: list[Any] = []
         self._held_records: list[tuple[str, dict[str, Any]]] | None = []  # probe records before the header
-        self._boundaries = Boundaries(self._mark)  # what ends an iteration (boundaries.py)
+        self._boundaries = Boundaries(self._mark, self._in_optimizer)  # what ends an iteration (boundaries.py)
         self._step = 0
         self._live = LiveCheck(functools.partial(running.warned_elsewhere, weakref.ref(self)))
         self._auto = AutoLevel() if level == Level.AUTO else None  # when level auto turns full detail on
@@ -277,6 +277,10 @@ class Tracker:
         with self._lock:
             self._optimizer_ref = weakref.ref(optimizer)
             self._boundaries.follow(optimizer)
+
+    def _in_optimizer(self, on: bool) -> None:
+        for probe in self._probes:
+            probe.in_optimizer(on)
 
     def _begin(self, step: int) -> None:
         for probe in self._probes:
