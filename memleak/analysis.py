@@ -8,6 +8,7 @@ from .detect import run_detectors
 from .detect.divergence import RankOutcome, detect_divergences
 from .detect.growth import analyze_growth
 from .detect.snapshot import detect_snapshot
+from .detect.snapshot_growth import detect_snapshot_growth
 from .detect.stale import confirm_after_sampling
 from .errors import UsageError
 from .run import MultiRun, Run
@@ -107,11 +108,15 @@ def _analyze_ranks(run: MultiRun) -> Report:
 
 
 def _analyze_snapshot(snap: Snapshot) -> Report:
-    """One moment of the caching allocator: fragmentation findings, never a leak verdict."""
+    """One moment of the caching allocator: fragmentation findings, and, from its allocation
+    history where recorded, the lines whose allocations keep surviving (a leak verdict)."""
     from .report import Report
 
-    findings = detect_snapshot(snap)
-    return Report(run=snap, verdict=Verdict.INCONCLUSIVE, suspects=rank(findings), findings=findings)
+    findings = detect_snapshot(snap) + detect_snapshot_growth(snap)
+    suspects = rank(findings)
+    leak = any(s.leak and s.confidence >= LEAK_CONFIDENCE for s in suspects)
+    verdict = Verdict.LEAK if leak else Verdict.INCONCLUSIVE
+    return Report(run=snap, verdict=verdict, suspects=suspects, findings=findings)
 
 
 def _slope(report: Report) -> float:

@@ -125,3 +125,48 @@ def fragmented(device: int = 0) -> dict:
             segment(0x7F1000000000, [block(256 * MiB, I)], device=device),
             segment(0x7F2000000000, [block(512, A, 500, site_a), block(2 * MiB - 512, I)], device=device)]
     return snapshot(segs)
+
+
+def training_history(steps: int = 30, keep: Any = None, stride: int = MiB, step_us: int = 20_000) -> dict:
+    """The snapshot a training loop leaves with history recorded: weights made before the loop;
+    each step allocates three activations (freed at its end) and, where `keep(step)` is true, one
+    tensor at train.py:57 that is never freed; the last step is still running (its activations
+    live). Addresses come one `stride` apart, reused once freed, as a caching allocator does."""
+    keep = keep or (lambda step: False)
+    sites = {"weight": stack("/home/u/model.py", 12, "__init__"), "act": stack(line=40),
+             "kept": stack(line=57, name="train_step")}
+    base, free, top = 0x7F0000000000, [], 0
+    live: dict[int, list] = {}
+    trace: list[dict] = []
+    clock = [1_000_000]
+
+    def alloc(site: str) -> int:
+        nonlocal top
+        if free:
+            a = free.pop()
+        else:
+            a, top = base + top * stride, top + 1
+        live[a] = sites[site]
+        trace.append(trace_entry("alloc", a, stride, sites[site], time_us=clock[0]))
+        clock[0] += 50
+        return a
+
+    def release(a: int) -> None:
+        for action in ("free_requested", "free_completed"):
+            trace.append(trace_entry(action, a, stride, live[a], time_us=clock[0]))
+        del live[a]
+        free.append(a)
+
+    for _ in range(4):
+        alloc("weight")
+    for step in range(steps):
+        acts = [alloc("act") for _ in range(3)]
+        if keep(step):
+            alloc("kept")
+        clock[0] += step_us
+        if step < steps - 1:
+            for a in acts:
+                release(a)
+    blocks = [block(stride, A if base + i * stride in live else I, frames=live.get(base + i * stride))
+              for i in range(top)]
+    return snapshot([segment(base, blocks)], [trace])

@@ -25,10 +25,16 @@ def headline(report) -> str:
     """One sentence: the verdict and why."""
     if report.ranks:
         return _ranks_headline(report)
-    if not hasattr(report.run, "steps"):
+    if not hasattr(report.run, "steps") and not report.leak:
+        if report.run.trace.empty:
+            return (
+                "INCONCLUSIVE: a snapshot without allocation history is one moment, so it cannot show "
+                "growth; record history (torch.cuda.memory._record_memory_history), compare two with "
+                "memleak.diff, or track the run"
+            )
         return (
-            "INCONCLUSIVE: a snapshot is one moment, so it cannot show growth; compare two with "
-            "memleak.diff, or track the run"
+            "INCONCLUSIVE: no line's allocations kept surviving through the snapshot's recorded "
+            "history; compare two snapshots with memleak.diff, or track the run"
         )
     g = report.growth
     verdict = report.verdict.value.upper()
@@ -76,7 +82,8 @@ def _table(suspects) -> list[str]:
                 str(i),
                 s.kind.value,
                 s.location,
-                fmt_bytes(s.bytes_per_step, signed=True),
+                # no rate: a snapshot's suspects, the cache's
+                fmt_bytes(s.bytes_per_step, signed=True) if s.bytes_per_step else "-",
                 fmt_bytes(s.total_bytes),
                 f"{s.confidence:.2f}",
             )
