@@ -114,6 +114,14 @@ def test_frames_shared_or_not_format_alike():
      "bert.py:9:forward"),                                      # third-party model code counts as the user's
     ([sf.frame("??", 0, "malloc"), sf.frame("/x/site-packages/torch/a.py", 3, "f")], "a.py:3:f"),
     ([sf.frame("/pytorch/c10/Alloc.cpp", 1, "c10::alloc")], "Alloc.cpp:1:c10::alloc"),
+    # C++ frames only (the autograd engine's thread): the backward function, else the op
+    ([sf.frame("??", 0, "torch::unwind::unwind()"), sf.frame("??", 0, "at::_ops::mm::redispatch(...)"),
+      sf.frame("??", 0, "torch::autograd::generated::AddmmBackward0::apply(...)"),
+      sf.frame("??", 0, "torch::autograd::Engine::thread_main(...)")], "backward:AddmmBackward0"),
+    ([sf.frame("??", 0, "torch::unwind::unwind()"), sf.frame("??", 0, "at::_ops::sum_dim_IntList::call(...)")],
+     "op:sum_dim_IntList"),
+    ([sf.frame("??", 0, "torch::unwind::unwind()"), sf.frame("??", 0, "torch::autograd::Engine::thread_main(...)")],
+     "backward"),
     ([sf.frame("/usr/lib/python3.11/threading.py", 1, "run"), sf.frame("/srv/app.py", 3, "main")], "app.py:3:main"),
     ([sf.frame("/venv/lib/python3.11/site-packages/memleak/probes/census.py", 4, "sample"),
       sf.frame("/home/me/memleak/train.py", 7, "step")], "train.py:7:step"),  # a project folder named memleak

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -80,11 +81,12 @@ class Stacks:
     def _format(self, frames: tuple[tuple, ...]) -> tuple[int, int]:
         self._count(frames)
         top = next((f for f in frames if _is_user_frame(f[0])), None)
-        if top is None:  # no user frame: the innermost Python frame, else the innermost frame
-            top = next((f for f in frames if f[0].endswith(".py")), frames[0])
+        if top is None:  # no user frame: the innermost Python frame, else what the C++ frames did
+            top = next((f for f in frames if f[0].endswith(".py")), None)
+        site = _frame_str(top, full=False) if top is not None else native_site(frames)
         full = "\n".join(_frame_str(f, full=True) for f in frames)
         return (
-            self.tops.setdefault(_frame_str(top, full=False), len(self.tops)),
+            self.tops.setdefault(site, len(self.tops)),
             self.fulls.setdefault(full, len(self.fulls)),
         )
 
@@ -110,6 +112,24 @@ class Stacks:
             pd.Categorical.from_codes(pairs[:, 0], categories=list(self.tops)),
             pd.Categorical.from_codes(pairs[:, 1], categories=list(self.fulls)),
         )
+
+
+_AUTOGRAD_NODE = re.compile(r"torch::autograd::(?:generated::)?(\w+)::apply")
+_OP = re.compile(r"at::_ops::(\w+)::")
+
+
+def native_site(frames: tuple[tuple, ...]) -> str:
+    """The site of an allocation with C++ frames only (the autograd engine's threads, or stacks
+    recorded without Python): the backward function that made it ("backward:AddmmBackward0"),
+    else the op ("op:mm"), else the innermost frame (an allocator's unwinder says nothing)."""
+    names = [f[2] for f in frames]
+    for pattern, kind in ((_AUTOGRAD_NODE, "backward"), (_OP, "op")):
+        hit = next((m for m in map(pattern.search, names) if m), None)
+        if hit:
+            return f"{kind}:{hit.group(1)}"
+    if any("Engine::thread_main" in n for n in names):
+        return "backward"
+    return _frame_str(frames[0], full=False)
 
 
 def site_of(frames: Any) -> str:
