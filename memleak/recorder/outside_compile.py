@@ -78,7 +78,10 @@ def step_compiled_before(optimizer: Any) -> bool:
     dynamo = sys.modules.get("torch._dynamo")
     step = getattr(type(optimizer), "step", None)
     code = getattr(step, "__code__", None)
-    if dynamo is None or code is None:
+    first = next((p for g in getattr(optimizer, "param_groups", ()) for p in g["params"]), None)
+    # the guards match the optimizer by id, which a new one may reuse; a step dynamo traced has
+    # marked its parameters static as well
+    if dynamo is None or code is None or getattr(first, "_dynamo_static_input_type", None) is None:
         return False
     try:  # dynamo's private API: anything unexpected means "not known", and hooks as usual
         entries = dynamo.eval_frame._debug_get_cache_entry_list(code)

@@ -407,3 +407,29 @@ def test_a_step_compiled_before_tracking_starts_is_not_compiled_again(whole_step
         losses, tracker = runs[level]
         assert losses == runs[None][0], level
         assert tracker.iterations == BEFORE_STEPS, level
+
+
+def test_only_the_optimizer_whose_step_dynamo_compiled_goes_without_step_hooks():
+    """Dynamo's guards match the optimizer by id, which a new optimizer may reuse once the compiled
+    one is gone (seen in this suite: a GradScaler loop then counted twice its iterations); a step
+    dynamo traced also marked the optimizer's parameters static, and both must hold."""
+    from memleak.recorder.outside_compile import step_compiled_before
+
+    model, _, opt = fresh({})
+    assert not step_compiled_before(opt)  # nothing compiled yet
+
+    @torch.compile(backend="eager")
+    def train_step(x):
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    for x in batches(2, seed=10):
+        train_step(x)
+    other = torch.optim.SGD(Net().parameters(), lr=0.05)  # the same class and shapes, never compiled
+    assert step_compiled_before(opt) and not step_compiled_before(other)
+    first = opt.param_groups[0]["params"][0]
+    del first._dynamo_static_input_type  # as a new optimizer at the old one's id would look
+    assert not step_compiled_before(opt)
+    with memleak.track(model, optimizer=opt, level="counters"):
+        assert opt._optimizer_step_pre_hooks and opt._optimizer_step_post_hooks  # hooked as usual
