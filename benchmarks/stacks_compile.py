@@ -2,7 +2,7 @@
 Lightning fit: whole-loop time, tracked over untracked, per level.
 
     python benchmarks/stacks_compile.py [--rounds 5] [--steps 30] [--stacks compile,hf,lightning,ddp,fsdp2]
-        [--levels counters,modules,full,auto]
+        [--levels counters,modules,full,auto]   (compiled-ddp, compiled-fsdp2: torch.compile'd, 2 ranks)
 
 The method of benchmarks/stacks.py (benchmarks/paired.py): per round, every (stack, level) block and its untracked block run in a
 shuffled order; a block is the whole loop (or the whole fit), timed end to end (wall clock and
@@ -154,7 +154,9 @@ def block(run, level, steps) -> tuple[float, float]:
 
 # ---------------------------------------------------------------- DDP and FSDP2, two gloo ranks
 
-def _dist_runner(kind: str):
+def _dist_runner(kind: str, compiled: bool = False):
+    """A block runner over one DDP or FSDP2 model; `compiled`: torch.compile'd (backend="eager",
+    dynamo alone, as tests/stacks/test_compile_ddp.py), compiled once by the warm-up block."""
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
@@ -165,6 +167,8 @@ def _dist_runner(kind: str):
         model = fully_shard(net)
     else:
         model = torch.nn.parallel.DistributedDataParallel(net)
+    if compiled:
+        model = torch.compile(model, backend="eager")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = _data()
 
@@ -184,14 +188,15 @@ def _dist_runner(kind: str):
     return run
 
 
-def _dist_worker(rank, port, levels, rounds, steps, out):
+def _dist_worker(rank, port, levels, rounds, steps, out, kinds, compiled):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     logging.getLogger("memleak").setLevel(logging.ERROR)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
     try:
         random.seed(0)  # the same shuffled order on both ranks: their collectives must pair up
-        runners = {f"{k}, 2 gloo ranks": _dist_runner(k) for k in ("DDP", "FSDP2")}
+        runners = {f"{k}, 2 gloo ranks": _dist_runner(k) for k in kinds}
+        runners.update({f"compiled {k} (eager), 2 gloo ranks": _dist_runner(k, compiled=True) for k in compiled})
         ratios, wall = measure({n: functools.partial(block, r) for n, r in runners.items()}, levels, rounds, steps)
         if rank == 0:
             rows = {f"{n}|{lv}": r for (n, lv), r in ratios.items()}
@@ -201,12 +206,13 @@ def _dist_worker(rank, port, levels, rounds, steps, out):
         torch.distributed.destroy_process_group()
 
 
-def measure_distributed(levels, rounds, steps):
+def measure_distributed(levels, rounds, steps, kinds=("DDP", "FSDP2"), compiled=()):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = Path(tempfile.mkdtemp()) / "ratios.json"
-    torch.multiprocessing.spawn(_dist_worker, args=(port, levels, rounds, steps, str(out)), nprocs=2, join=True)
+    torch.multiprocessing.spawn(_dist_worker, args=(port, levels, rounds, steps, str(out), kinds, compiled), nprocs=2,
+                                join=True)
     got = json.loads(out.read_text())
     ratios = {tuple(k.split("|")): tuple(v) for k, v in got["ratios"].items()}
     return ratios, got["base"]
@@ -216,8 +222,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--stacks", default="compile,hf,lightning,ddp,fsdp2",
-                    help="comma-separated substrings of stack names")
+    ap.add_argument("--stacks", default="compile,hf,lightning,ddp,fsdp2,compiled-ddp,compiled-fsdp2",
+                    help="comma-separated substrings of stack names; ddp, fsdp2, compiled-ddp, "
+                         "compiled-fsdp2: the distributed stacks")
     ap.add_argument("--levels", default=",".join(LEVELS))
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -228,8 +235,10 @@ def main(argv=None) -> int:
     names = [n for n in STACKS if any(w in n.lower() for w in wanted)]
     ratios, wall = measure({n: functools.partial(block, STACKS[n]()) for n in names}, levels, args.rounds, args.steps)
     base = {n: statistics.median(wall[(n, None)]) for n in names}
-    if any(w in ("ddp", "fsdp2") for w in wanted):
-        r, b = measure_distributed(levels, args.rounds, args.steps)
+    kinds = tuple(k for k in ("DDP", "FSDP2") if k.lower() in wanted)
+    compiled = tuple(k for k in ("DDP", "FSDP2") if f"compiled-{k.lower()}" in wanted)
+    if kinds or compiled:
+        r, b = measure_distributed(levels, args.rounds, args.steps, kinds, compiled)
         ratios.update(r)
         base.update(b)
         names += list(b)

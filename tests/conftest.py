@@ -38,7 +38,8 @@ def pytest_itemcollected(item):
 # Lightning, torch.distributed add 100k to 300k objects, and every full gc.collect() and tensor
 # census after them (memleak takes both) walks those too. Run last, the rest run in a smaller
 # process. xdist hands out groups in collection order.
-HEAVY_MODULES = ("stacks/test_compile.py", "stacks/test_ddp_fsdp2.py", "test_compiled.py")
+HEAVY_MODULES = (
+    "stacks/test_compile.py", "stacks/test_compile_ddp.py", "stacks/test_ddp_fsdp2.py", "test_compiled.py")
 HEAVY_GROUPS = ("transformers", "lightning")
 
 

@@ -55,7 +55,7 @@ from ..probes.frames import makes_no_user_tensors
 from ..probes.identity import is_compiled
 from ..probes.scaler import find_scaler
 from ..schema import Boundary
-from .outside_compile import add_step_hook, only_memleaks_step_hooks, outside_dynamo
+from .outside_compile import add_step_hook, only_memleaks_step_hooks, outside_dynamo, step_compiled_before
 from .scaler_skips import ScalerSkips
 
 STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
@@ -141,6 +141,8 @@ class Boundaries:
         self._handles.append(module_hooks.register_module_forward_hook(post))
 
     def _hook_optimizer(self, opt: Any, ending: bool) -> None:
+        if step_compiled_before(opt):
+            return  # a hook would recompile the step: it is seen by `_stepped_unseen`, as traced hooks are
         me = weakref.ref(self)
         # torch.optim's own step makes no tensor of the user's, unless it calls a closure or a hook
         torchs = makes_no_user_tensors(type(opt).step)

@@ -17,7 +17,10 @@ parameters it changed (`Boundaries._stepped_unseen`).
 Dynamo also guards on the keys of the optimizer's hook dicts (the handles' ids): a hook registered
 under a new id would recompile torch's step wrapper each time tracking starts on a step compiled
 before (its cache fills after 8 trackers). `add_step_hook` keys memleak's hooks the same way for
-every tracker: what dynamo compiled for one tracker serves the next.
+every tracker: what dynamo compiled for one tracker serves the next. Where the step was compiled
+before tracking starts, any hook would still fail the guard of that version (one more compile of
+the wrapper when the hooks come, one more when they go): `step_compiled_before` tells, and then no
+step hook is added at all.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ def step_hook(work: StepWork) -> Callable[[Any, Any, Any], None]:
             return
         outside(optimizer, args, kwargs)
 
+    dynamo = sys.modules.get("torch._dynamo")
+    skip = getattr(getattr(dynamo, "eval_frame", None), "skip_code", None)
+    if skip is not None:  # called from a frame dynamo left eager: not compiled as a frame of its own
+        skip(hook.__code__)  # (traced into a compiled step, it is still inlined and folded)
     return hook
 
 
@@ -84,3 +91,26 @@ def add_step_hook(register: Callable[[Any], Any], hooks: dict[Any, Any], work: S
         hooks[key] = hooks.pop(handle.id)  # the same place: at the end, after the user's hooks
         handle.id = key
     return handle
+
+
+def step_compiled_before(optimizer: Any) -> bool:
+    """Whether dynamo holds a compiled version of torch's step wrapper (``type(optimizer).step``,
+    one code object for every optimizer class) whose guards this optimizer passes as it is, without
+    memleak's hooks: its step was compiled before tracking started, and a hook would recompile it."""
+    dynamo = sys.modules.get("torch._dynamo")
+    step = getattr(type(optimizer), "step", None)
+    code = getattr(step, "__code__", None)
+    first = next((p for g in getattr(optimizer, "param_groups", ()) for p in g["params"]), None)
+    # the guards match the optimizer by id, which a new one may reuse; a step dynamo traced has
+    # marked its parameters static as well
+    if dynamo is None or code is None or getattr(first, "_dynamo_static_input_type", None) is None:
+        return False
+    try:  # dynamo's private API: anything unexpected means "not known", and hooks as usual
+        entries = dynamo.eval_frame._debug_get_cache_entry_list(code)
+        # the wrapper's frame as a call would make it: its arguments and the step it wraps (a cell)
+        cells = getattr(step, "__closure__", None) or ()
+        frame = {"args": (optimizer,), "kwargs": {}}
+        frame.update(zip(code.co_freevars, (c.cell_contents for c in cells), strict=False))
+        return any(e.guard_manager.check(frame) for e in entries)
+    except Exception:
+        return False

@@ -336,6 +336,7 @@ def compiled_whole_step(levels, steps=WHOLE_STEPS, clean=None, step_calls=None):
         runs[key] = (losses, tracker)
     counts = dynamo_counts()
     counts["train_step_versions"] = len(_debug_get_cache_entry_list(train_step._torchdynamo_orig_callable))
+    counts["step_wrapper_versions"] = len(_debug_get_cache_entry_list(type(opt).step))  # torch's, around SGD.step
     return runs, counts
 
 
@@ -383,3 +384,52 @@ def test_a_step_compiled_whole_with_tracker_step_calls_compiles_the_same(whole_s
     assert losses == whole_step[0] and tracker.iterations == WHOLE_STEPS
     report = tracker.report()
     assert report.leak and report.suspects[0].location == "kept", str(report)
+
+
+BEFORE_STEPS = 8  # per run: every step an iteration, and the counts steady after the first run
+
+
+@pytest.fixture(scope="module")
+def compiled_before():
+    """The step compiled whole by an untracked run, then tracked at every level, one after the other."""
+    return compiled_whole_step([None, *LEVELS], steps=BEFORE_STEPS)
+
+
+def test_a_step_compiled_before_tracking_starts_is_not_compiled_again(whole_step, compiled_before):
+    """Dynamo guards on the number of the optimizer's step hooks: memleak adds none to a step it
+    finds compiled already (outside_compile.step_compiled_before), and its global hook is never
+    compiled as a frame of its own; each step is seen from the parameter it changed."""
+    untracked_counts = whole_step[1]  # the same function compiled and run untracked alone
+    runs, counts = compiled_before
+    assert untracked_counts["step_wrapper_versions"] == 1
+    assert counts == untracked_counts  # frames, graphs, graph breaks, versions of train_step and of the wrapper
+    for level in LEVELS:
+        losses, tracker = runs[level]
+        assert losses == runs[None][0], level
+        assert tracker.iterations == BEFORE_STEPS, level
+
+
+def test_only_the_optimizer_whose_step_dynamo_compiled_goes_without_step_hooks():
+    """Dynamo's guards match the optimizer by id, which a new optimizer may reuse once the compiled
+    one is gone (seen in this suite: a GradScaler loop then counted twice its iterations); a step
+    dynamo traced also marked the optimizer's parameters static, and both must hold."""
+    from memleak.recorder.outside_compile import step_compiled_before
+
+    model, _, opt = fresh({})
+    assert not step_compiled_before(opt)  # nothing compiled yet
+
+    @torch.compile(backend="eager")
+    def train_step(x):
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    for x in batches(2, seed=10):
+        train_step(x)
+    other = torch.optim.SGD(Net().parameters(), lr=0.05)  # the same class and shapes, never compiled
+    assert step_compiled_before(opt) and not step_compiled_before(other)
+    first = opt.param_groups[0]["params"][0]
+    del first._dynamo_static_input_type  # as a new optimizer at the old one's id would look
+    assert not step_compiled_before(opt)
+    with memleak.track(model, optimizer=opt, level="counters"):
+        assert opt._optimizer_step_pre_hooks and opt._optimizer_step_post_hooks  # hooked as usual
