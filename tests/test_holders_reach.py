@@ -370,3 +370,23 @@ def test_what_hooks_registered_again_and_again_keep_is_named_as_piled_up_hooks()
     once.register_forward_hook(lambda m, i, o, seen=seen: seen.append(o.detach()))
     once(torch.ones(1, 4))
     assert _walk([sys._getframe()], model=once).holders["seen"].kind != "piled_hook"
+
+
+class _Record:
+    """A plain object holding a tensor in a tuple attribute, as logging.LogRecord keeps its args."""
+
+    def __init__(self, *args):
+        self.args = args
+
+
+def test_referrers_name_an_attribute_of_an_object_with_inline_attributes():
+    import weakref
+
+    from memleak.probes.referrers import name_by_referrers
+
+    t = torch.ones(3)
+    kept = [_Record("loss %s", t)]  # Python 3.11+: the object itself, not a __dict__, refers to args
+    ref = weakref.ref(t)
+    del t
+    assert name_by_referrers(ref) == "_Record.args"
+    kept.clear()
