@@ -2,9 +2,9 @@
 whenever validation improves: one extra copy of the model, not a growing one.
 
 Real case: the "best model weights" idiom of PyTorch's transfer-learning tutorial
-(``best_model_wts = copy.deepcopy(model.state_dict())`` when ``epoch_acc > best_acc``), as
-walked through in https://pgg1610.github.io/data_blog/posts/2020-10-19-pytorch_transfer_learning_basics.html
-("adapted from PyTorch's official documentation"). The copy is taken every few steps while
+(``best_model_wts = copy.deepcopy(model.state_dict())`` when ``epoch_acc > best_acc``), whose
+deep copy was added in https://github.com/pytorch/tutorials/pull/188 ("Fixed deep copying
+model.state_dict() ... Otherwise best_model_wts changes always to last epoch's state"). The copy is taken every few steps while
 validation improves; each new copy replaces the old one, so memory steps up once and stays.
 """
 import copy
