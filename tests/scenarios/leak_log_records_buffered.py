@@ -17,7 +17,7 @@ from torch import nn
 
 from ._common import MLP, batch, seed
 
-EXPECTED = {"verdict": "leak", "kind": "surviving_tensors", "location": "LogRecord.args", "top": 1}
+EXPECTED = {"verdict": "leak", "kind": "retained_graph", "location": "LogRecord.args", "top": 1}
 
 log = logging.getLogger("memleak_scenario.train")
 
