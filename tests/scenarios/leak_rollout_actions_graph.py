@@ -5,8 +5,8 @@ Real case: pymarl https://github.com/oxwhirl/pymarl/pull/73 ("In EpisodeRunner, 
 should either be detached from the computation graph or be converted into a numpy array before
 being stored into the replay buffer ... the entire computation graph for generating the action
 isn't released"; "The CPU memory will grow linearly through time") and RLlib
-https://github.com/ray-project/ray/issues/6962 (value estimates computed outside ``torch.no_grad()``
-and kept in the sample batch; fixed by adding ``no_grad``). Here the rollout stores the action
+https://github.com/ray-project/ray/issues/6962 (the policy's value function ran outside
+``torch.no_grad()``; "adding ``with torch.no_grad()`` to ``def value``" fixed the leak). Here the rollout stores the action
 probabilities (for importance weights later) in a ``deque`` with no ``maxlen``.
 """
 from collections import deque
@@ -32,15 +32,16 @@ def run(tracker_factory, steps=30):
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     buffer = EpisodeBuffer()
     with tracker_factory(policy, optimizer=opt) as tracker:
-        for step in range(steps):
+        for _ in range(steps):
             state = torch.randn(64, DIM, generator=g)
-            probs = torch.softmax(policy(state), -1)  # the leak: not detached before storing
+            probs = torch.softmax(policy(state), -1)  # acting, outside torch.no_grad()
             action = torch.multinomial(probs, 1, generator=g).squeeze(1)
             reward = torch.randn(64, generator=g)
-            buffer.add(state, probs, reward)
-            logp = torch.log(probs.gather(1, action[:, None]).squeeze(1))
+            buffer.add(state, probs, reward)  # the leak: probs not detached before storing
+            # the update runs its own forward; the stored graphs are never backpropagated
+            logp = torch.log_softmax(policy(state), -1).gather(1, action[:, None]).squeeze(1)
             loss = -(logp * reward).mean()
             opt.zero_grad()
-            loss.backward(retain_graph=True)
+            loss.backward()
             opt.step()
             tracker.step()
