@@ -87,6 +87,16 @@ def test_a_heap_leak_of_a_few_kib_per_step_is_found_on_a_large_heap():
     assert (g.shape, g.leak) == ("linear", True)
 
 
+def test_steady_heap_growth_with_one_jump_in_it_is_still_a_leak():
+    # 18 KiB a step both before and after a ~1 MiB jump at step 16 (a batch kept per step, and
+    # memory outside the loop moving once): each side keeps rising, so the jump is no plateau
+    rng = np.random.default_rng(9)
+    t = np.arange(30)
+    y = 112 * MIB + 18 * 1024 * t + np.where(t >= 16, 980 * 1024, 0) + rng.integers(0, 64, 30) * 16
+    g = analyze_growth(make_run(y, column="heap_bytes", meta={"device": "cpu"}))
+    assert (g.shape, g.leak) == ("linear", True)
+
+
 def test_the_warm_up_before_a_leak_is_found_from_the_data():
     t = np.arange(60)
     y = np.where(t < 3, GIB, 2 * GIB + 4 * MIB * t)

@@ -370,3 +370,57 @@ def test_what_hooks_registered_again_and_again_keep_is_named_as_piled_up_hooks()
     once.register_forward_hook(lambda m, i, o, seen=seen: seen.append(o.detach()))
     once(torch.ones(1, 4))
     assert _walk([sys._getframe()], model=once).holders["seen"].kind != "piled_hook"
+
+
+class _Record:
+    """A plain object holding a tensor in a tuple attribute, as logging.LogRecord keeps its args."""
+
+    def __init__(self, *args):
+        self.args = args
+
+
+def test_referrers_name_an_attribute_of_an_object_with_inline_attributes():
+    import weakref
+
+    from memleak.probes.referrers import name_by_referrers
+
+    t = torch.ones(3)
+    kept = [_Record("loss %s", t)]  # Python 3.11+: the object itself, not a __dict__, refers to args
+    ref = weakref.ref(t)
+    del t
+    assert name_by_referrers(ref) == "_Record.args"
+    kept.clear()
+
+
+def test_finished_futures_in_a_list_are_named_by_the_list():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        futures = [pool.submit(torch.ones, 64) for _ in range(3)]
+        assert [f.result().shape for f in futures] == [torch.Size([64])] * 3
+    # a finished Future keeps its result: the list of futures holds the tensors
+    walk = _walk([sys._getframe()])
+    assert walk.holders["futures"].count == 3
+    futures.clear()
+
+
+def _saved_growing():
+    # autograd keeps more saved-for-backward bytes each sampled step, from a site no walk named
+    return [{"step": s, "cohorts": [{"born": b, "site": "?", "count": 4, "bytes": 65536}
+                                    for b in range(1, s - 1, 3)]} for s in range(8, 40, 3)]
+
+
+def test_retained_graphs_go_to_the_referrer_named_holder_of_grad_tensors():
+    births = _births(None, holder="LogRecord.args")
+    for r in births:
+        for c in r["cohorts"]:
+            c["grad"] = 1  # each kept tensor has a grad_fn: it keeps its graph
+    found = {f.location: f for f in _detect({"births": births, "saved": _saved_growing()})}
+    f = found["LogRecord.args"]
+    assert f.kind == Kind.RETAINED_GRAPH and f.leak
+    assert any("saved for backward" in e for e in f.evidence)
+    assert "?" not in found  # no second suspect for the same graphs
+    # tensors without a graph do not take the graphs' evidence
+    plain = {f.location: f for f in _detect({"births": _births(None, holder="LogRecord.args"),
+                                             "saved": _saved_growing()})}
+    assert plain["LogRecord.args"].kind == Kind.SURVIVING_TENSORS and "?" in plain

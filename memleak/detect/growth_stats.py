@@ -28,6 +28,8 @@ STEP_JUMPS = 3
 STEP_SHARE = 0.8
 #: A jump (or drop) is a change of more than DROP_K step-to-step noise SDs.
 DROP_K = 5.0
+#: Points each side of a step needs before its own trend is tested.
+MIN_SIDE = 6
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,20 @@ def _step_fit(x: np.ndarray, y: np.ndarray) -> int | None:
     right = (s2[-1] - s2[k - 1]) - (s1[-1] - s1[k - 1]) ** 2 / (n - k)
     best = int(np.argmin(left + right))
     line = np.polyval(np.polyfit(x - x[0], y, 1), x - x[0])
-    return best + 1 if left[best] + right[best] <= float(np.sum((y - line) ** 2)) else None
+    if left[best] + right[best] > float(np.sum((y - line) ** 2)):
+        return None
+    at = best + 1
+    if _keeps_rising(x[:at], y[:at]) and _keeps_rising(x[at:], y[at:]):
+        return None  # both levels rise on their own: steady growth with one jump in it, not a step
+    return at
+
+
+def _keeps_rising(x: np.ndarray, y: np.ndarray) -> bool:
+    """A significant upward trend within one side of a step (a flat level has none)."""
+    if len(y) < MIN_SIDE:
+        return False
+    tau, p = kendall(x, y)
+    return tau > 0 and p < ALPHA
 
 
 def growth_score(t: Trend, min_rel: float) -> float:

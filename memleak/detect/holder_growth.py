@@ -73,6 +73,8 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None]) -> _HolderSer
     if n_tr and not _spans_steps(rows):
         n_tr = None  # a bigger graph each step, built afresh (a growing curriculum), not one kept
     count_trend = sustained_rise(steps, count, MIN_COUNT_RISE)
+    if count_trend and n_tr is None and _aliases_only(nbytes, grad):
+        count_trend = None  # more tensors but not one more byte: aliases of storage already held
     bytes_trend = sustained_rise(steps, nbytes, 1024, rel_rise=0.5) if max(nbytes) > 0 else None
     if bytes_trend and not count_trend and not keeps_new_highs(steps, nbytes):
         bytes_trend = None  # as many tensors as before, of sizes that merely vary (random lengths)
@@ -91,6 +93,12 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None]) -> _HolderSer
         node_steps=nsteps,
         node_values=nvals,
     )
+
+
+def _aliases_only(nbytes: list[float], grad: list[float]) -> bool:
+    """Every tensor the holder gained shares a storage it held already (``model.state_dict()``
+    entries kept in a list, views of one tensor), and none carries a graph: no memory is added."""
+    return max(nbytes) > 0 and nbytes[-1] <= nbytes[0] and max(grad) == 0
 
 
 def _holder_kind(hkind: str, chained: bool, saved_growing: bool, h: _HolderSeries) -> Kind:

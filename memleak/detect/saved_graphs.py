@@ -78,13 +78,14 @@ def attach_saved(info, findings: Entries, hkinds) -> None:
 
 def _graph_keeper(findings: Entries) -> tuple[str, dict] | None:
     """The growing holder with grad_fn tensors that keeps graphs: one that carries its graph into
-    the next step first, then a retained graph, then the biggest graph; None when none has a graph."""
+    the next step first, then a retained graph, then the biggest graph, then a holder of surviving
+    grad_fn tensors named by their referrers; None when none has a graph."""
     cands = [
         (loc, f)
         for loc, f in findings.items()
         if f.get("leak")
         and f["kind"] in (Kind.RETAINED_GRAPH, Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
-        and max(f.get("data", {}).get("nodes", [0]) or [0]) > 0
+        and (max(f.get("data", {}).get("nodes", [0]) or [0]) > 0 or f.get("data", {}).get("grad_tensors", 0) > 0)
     ]
     if not cands:
         return None
@@ -93,6 +94,7 @@ def _graph_keeper(findings: Entries) -> tuple[str, dict] | None:
         key=lambda lf: (
             bool(lf[1]["data"].get("carried")),
             lf[1]["kind"] == Kind.RETAINED_GRAPH,
-            max(lf[1]["data"]["nodes"]),
+            max(lf[1]["data"].get("nodes", [0]) or [0]),
+            lf[1]["data"].get("grad_tensors", 0),
         ),
     )

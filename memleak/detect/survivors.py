@@ -165,6 +165,10 @@ def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected,
     f["total"] = max(f["total"], sum(per))
     f["evidence"].extend(_survivor_evidence(b, g, cyclic, bps))
     f["data"].setdefault("sites", []).append(g.site)
+    if g.holder and cycle is None:
+        # a named holder of tensors with a grad_fn keeps their graphs (saved_graphs credits it)
+        grads = max(c.grad for c in g.cohorts.values())
+        f["data"]["grad_tensors"] = max(f["data"].get("grad_tensors", 0), grads)
 
 
 def _cycle_holder(g: _Group) -> str:

@@ -16,6 +16,26 @@ import torch
 from .reach import frame_holder, stack_ids
 
 
+def _type_name(owner: object) -> str:
+    tname = type(owner).__name__
+    if isinstance(owner, torch.autograd.function.BackwardCFunction):
+        tname = tname.removesuffix("Backward") + ".ctx"
+    return tname
+
+
+def _attribute_of(owner: object, target: object) -> str:
+    """The attribute of a plain object that is `target`, or ''."""
+    if isinstance(owner, (type, types.ModuleType, types.FunctionType, types.CellType)):
+        return ""
+    try:
+        d = object.__getattribute__(owner, "__dict__")
+    except Exception:  # no __dict__ (slots, C objects), or a proxy that refuses
+        return ""
+    if not isinstance(d, dict):
+        return ""
+    return next((str(k) for k, v in d.items() if v is target), "")
+
+
 def name_by_referrers(ref, depth: int = 4) -> str:
     """A name for what holds a tensor the root walk did not reach, climbing gc referrers (costly:
     each step scans every object). An attribute of an object is named ``Type.attr`` (an autograd
@@ -52,10 +72,7 @@ def name_by_referrers(ref, depth: int = 4) -> str:
                 if isinstance(owner, types.ModuleType) and key is not None:  # a module's global
                     return ".".join([str(key), *chain])
                 if owner is not None:
-                    tname = type(owner).__name__
-                    if isinstance(owner, torch.autograd.function.BackwardCFunction):
-                        tname = tname.removesuffix("Backward") + ".ctx"
-                    return ".".join([tname, *([str(key)] if key is not None else []), *chain])
+                    return ".".join([_type_name(owner), *([str(key)] if key is not None else []), *chain])
                 if "__name__" in r and key is not None:  # a module's globals
                     return ".".join([str(key), *chain])
                 found = r
@@ -65,6 +82,9 @@ def name_by_referrers(ref, depth: int = 4) -> str:
             if isinstance(r, (list, tuple, set, frozenset, collections.deque)):
                 found = r
                 break
+            attr = _attribute_of(r, target)
+            if attr:  # Python 3.11+ keeps an object's attributes inline: the object itself refers
+                return ".".join([_type_name(r), attr, *chain])
         del refs
         if found is None:
             return ""

@@ -28,7 +28,6 @@ SKIP_PACKAGES = {
     "functools",
     "threading",
     "multiprocessing",
-    "concurrent",
     "asyncio",
     "importlib",
     "abc",
