@@ -352,7 +352,7 @@ class Tracker:
     def _on_leak_confirmed(self, growth: Growth) -> None:
         """After the live check's warning: the leak snapshot, then the user's on_leak."""
         if self.record_history and self.path is not None:
-            self._dump_history("leak-snapshot.pickle")
+            dump_history(self._started_sink(), self.path, "leak-snapshot.pickle", self._step)
         if self.on_leak is not None:
             self.on_leak(growth)
 
@@ -373,11 +373,7 @@ class Tracker:
         counters = oom_counters(self.device)
         self._started_sink().event("oom", step=self._step, message=str(exc).splitlines()[0][:500], **counters)
         if self.record_history and self.path is not None:
-            self._dump_history("oom-snapshot.pickle")
-
-    def _dump_history(self, name: str) -> None:
-        assert self.path is not None  # callers check that the run has a file
-        dump_history(self._started_sink(), self.path, name, self._step)
+            dump_history(self._started_sink(), self.path, "oom-snapshot.pickle", self._step)
 
     # ------------------------------------------------------------ results
     def run(self) -> Run:
