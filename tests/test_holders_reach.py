@@ -424,3 +424,28 @@ def test_retained_graphs_go_to_the_referrer_named_holder_of_grad_tensors():
     plain = {f.location: f for f in _detect({"births": _births(None, holder="LogRecord.args"),
                                              "saved": _saved_growing()})}
     assert plain["LogRecord.args"].kind == Kind.SURVIVING_TENSORS and "?" in plain
+
+
+def _held(name, frames):
+    st = _walk(frames).holders[name]
+    return st.count, st.nbytes
+
+
+def test_a_long_list_of_aliases_holds_one_storage_and_distinct_tensors_extrapolate():
+    one = torch.zeros(1024)  # 4 KiB
+    aliases = [one.detach() for _ in range(300)]  # 300 tensor objects, one storage
+    distinct = [torch.zeros(1024) for _ in range(300)]
+    count, nbytes = _held("aliases", [sys._getframe()])
+    assert round(count) == 300 and nbytes == 4096  # sampled ends share it: counted once, not 300 / samples times
+    count, nbytes = _held("distinct", [sys._getframe()])
+    assert round(count) == 300 and round(nbytes) == 300 * 4096  # each sampled storage stands for those between
+    del aliases, distinct
+
+
+def test_state_dicts_kept_in_a_long_list_hold_the_weights_once():
+    model = nn.Linear(64, 64)
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    history = [model.state_dict() for _ in range(200)]  # shallow: aliases of the parameters
+    count, nbytes = _held("history", [sys._getframe()])
+    assert round(count) == 400 and nbytes == weights, (count, nbytes, weights)
+    del history

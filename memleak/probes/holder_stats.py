@@ -34,7 +34,8 @@ class HolderStats:
     note: str = ""
     views: float = 0.0  # tensors that are small views of a much larger storage
     linked: bool = False  # its graph is built on what it held at the previous sample (graphs.py)
-    _storages: set = field(default_factory=set, repr=False)
+    # storage -> [bytes, weight, old, host]: summed into nbytes, old_bytes, host_bytes at the end
+    _storages: dict = field(default_factory=dict, repr=False)
     _grad_fns: list = field(default_factory=list, repr=False)
     _out_nrs: list = field(default_factory=list, repr=False)
 
@@ -133,20 +134,21 @@ class HolderTally:
         self.tensor_holder[id(t)] = holder
         self._name_base(t, holder)
         key, nb = tensor_nbytes(t)
-        if key in st._storages:
-            nb = 0
-        else:
-            st._storages.add(key)
         if nb > 2 * t.numel() * t.element_size():  # a small view keeping a large storage alive
             st.views += weight
         st.count += weight
-        st.nbytes += nb * weight
-        if self.device_type is not None and t.device.type != self.device_type:
-            st.host_bytes += nb * weight
-        age = self.step - self.ages.first_seen(t, self.step)
-        if age >= 2:
+        old = self.step - self.ages.first_seen(t, self.step) >= 2
+        if old:
             st.old += weight
-            st.old_bytes += nb * weight
+        seen = st._storages.get(key)
+        if seen is None:
+            host = self.device_type is not None and t.device.type != self.device_type
+            st._storages[key] = [nb, weight, old, host]
+        else:
+            # a storage that two sampled tensors share is one storage, not one per element of a
+            # long container (a list of aliases, of state_dict()s): its bytes count once
+            seen[1] = 1.0
+            seen[2] = seen[2] or old
         gf = t.grad_fn
         if gf is not None:
             st.n_grad += weight
@@ -155,8 +157,13 @@ class HolderTally:
                 st._out_nrs.append(t.output_nr)
 
     def _finish(self) -> None:
-        """Measure each holder's graphs (largest first, within a shared node budget) and drop
-        the references the tally kept to do it."""
+        """Sum each holder's storages, measure its graphs (largest first, within a shared node
+        budget) and drop the references the tally kept to do it."""
+        for st in self.holders.values():
+            for nb, weight, old, host in st._storages.values():
+                st.nbytes += nb * weight
+                st.old_bytes += nb * weight if old else 0.0
+                st.host_bytes += nb * weight if host else 0.0
         left = self.graph_cap * 4
         for st in sorted(self.holders.values(), key=lambda s: -len(s._grad_fns)):
             now = roots_of(zip(st._grad_fns, st._out_nrs, strict=True)) if st._grad_fns else set()
@@ -175,4 +182,4 @@ class HolderTally:
                 self.roots[st.holder] = now
             st._grad_fns = []
             st._out_nrs = []
-            st._storages = set()
+            st._storages = {}
