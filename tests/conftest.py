@@ -34,6 +34,17 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
+@pytest.fixture
+def pytester(request):
+    """pytester, with torch's dynamo imported before it takes its snapshot of sys.modules: an
+    in-process session takes out what it imported, and imported there first (optimizer.step()
+    imports it), dynamo would be imported again later in the worker and its operator library
+    registered twice, failing every later test there that touches dynamo."""
+    import torch._dynamo  # noqa: F401
+
+    return request.getfixturevalue("pytester")
+
+
 # Tests whose imports stay in the worker for the rest of its life: inductor, transformers,
 # Lightning, torch.distributed add 100k to 300k objects, and every full gc.collect() and tensor
 # census after them (memleak takes both) walks those too. Run last, the rest run in a smaller
