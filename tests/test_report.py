@@ -119,15 +119,21 @@ def test_scalars_with_growing_graphs_are_a_retained_graph_when_memory_grows_belo
     assert rank([flat], measured_bps=8 * 1024)[0].kind == Kind.SURVIVING_TENSORS
 
 
-def test_one_fresh_tensor_whose_size_rose_is_a_leak_only_when_memory_rises_with_it():
-    # `logits` is rebound every step to a tensor of a random length: three sampled steps happened
-    # to rise, but memory did not; the same holder with memory rising as much is a leak
+def test_one_fresh_tensor_whose_size_rose_is_a_leak_only_when_it_rose_every_time_and_memory_with_it():
+    # `logits` is rebound every step to a tensor of a random length: the sampled sizes happened to
+    # rise, but memory did not; a size that rose at every one of 5 samples (a tensor concatenated
+    # onto itself) with memory rising as much is a leak
     held = Finding(detector="culprits", kind=Kind.SURVIVING_TENSORS, location="logits", bytes_per_step=2048,
                    total_bytes=64 * 1024, confidence=0.86, evidence=("grows",), fix="detach",
-                   data={"bytes_only": True, "nodes": [0, 0, 0]})
+                   data={"bytes_only": True, "nodes": [0] * 5, "bytes": [10, 20, 30, 40, 50]})
     (quiet,) = rank([held], measured_bps=100)
     assert not quiet.leak and "only its size varies" in quiet.evidence[-1]
     (rising,) = rank([held], measured_bps=2000)
     assert rising.leak
+    # memory rising (a short run's warm-up) does not make sizes that merely vary, or 4 samples, a leak
+    varied = Finding(**{**held.__dict__, "data": {**held.data, "bytes": [10, 40, 20, 30, 50]}})
+    assert not rank([varied], measured_bps=2000)[0].leak
+    four = Finding(**{**held.__dict__, "data": {**held.data, "bytes": [10, 20, 30, 40]}})
+    assert not rank([four], measured_bps=2000)[0].leak
     more = Finding(**{**held.__dict__, "data": {"bytes_only": False}})
     assert rank([more], measured_bps=100)[0].leak  # more tensors held, or old ones: no confirmation needed
