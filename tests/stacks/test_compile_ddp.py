@@ -24,9 +24,8 @@ from torch import nn
 
 import memleak
 from stacks.stack_harness import LEVELS
-from stacks.test_ddp_fsdp2 import _free_port, assert_only_rank_1_leaks
+from stacks.test_ddp_fsdp2 import _free_port, assert_only_rank_1_leaks, plant
 
-KIB = 1024
 STEPS = 30  # level modules scans module attributes every 8-12 steps: 30 give it enough scans
 STACKS = ("ddp", "fsdp2")
 BACKEND = "eager"
@@ -106,12 +105,7 @@ def _side(rank: int, stack: str, levels, out: Path, steps: int = STEPS) -> dict:
                 loss.backward()
                 opt.step()
                 losses.append(loss.item())
-                if leak == "fresh":
-                    keep.append(torch.ones(256 * KIB // 4))
-                elif leak == "module_cache":
-                    net.a.seen.append(torch.ones(64 * KIB // 4))  # a tensor cached on a submodule
-                elif leak == "loss_list":
-                    keep.append(loss)  # every step's loss, its graph attached
+                plant(leak, keep, net.a.seen, loss)
         finally:
             if tracker is not None:
                 tracker.close()

@@ -41,6 +41,17 @@ def leak_of(stack: str, level: str) -> str:
     return "module_cache" if level == "modules" else "fresh"
 
 
+def plant(leak: str | None, keep: list, cache: list, loss: torch.Tensor) -> None:
+    """One step of the leak planted on rank 1: fresh tensors kept, a tensor cached on a submodule
+    (`cache`, a list on it), or every step's loss with its graph attached."""
+    if leak == "fresh":
+        keep.append(torch.ones(256 * KIB // 4))
+    elif leak == "module_cache":
+        cache.append(torch.ones(64 * KIB // 4))
+    elif leak == "loss_list":
+        keep.append(loss)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -88,12 +99,7 @@ def _loop(rank: int, stack: str, level: str | None, out: Path) -> dict:
             loss.backward()
             opt.step()
             losses.append(loss.item())
-            if leak == "fresh":
-                keep.append(torch.ones(256 * KIB // 4))
-            elif leak == "module_cache":
-                net[0].seen.append(torch.ones(64 * KIB // 4))  # a tensor cached on a submodule
-            elif leak == "loss_list":
-                keep.append(loss)  # every step's loss, its graph attached
+            plant(leak, keep, net[0].seen, loss)
     finally:
         if tracker is not None:
             tracker.close()
