@@ -123,3 +123,15 @@ def test_a_step_that_raises_while_the_mode_is_aside_leaves_nothing_installed():
     assert torch._C._len_torch_function_stack() == 0
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
     assert not opt._optimizer_step_pre_hooks and not opt._optimizer_step_post_hooks
+
+
+def test_a_mode_that_cannot_step_aside_stops_tagging_not_the_step(monkeypatch):
+    def broken(self):
+        raise RuntimeError("stack in an unexpected state")
+
+    monkeypatch.setattr(tagging.Tagging, "pause", broken)
+    tracker, losses = _loop(lambda p: torch.optim.AdamW(p, lr=1e-3), steps=6)
+    assert len(losses) == 6 and tracker.iterations == 6
+    why = [e["reason"] for e in tracker.run().events if e.get("event") == "probe_limited"]
+    assert any("could not step aside" in w for w in why), why
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None

@@ -157,7 +157,10 @@ class TensorProbe(Probe):
     def in_optimizer(self, on: bool) -> None:
         mode = self._mode
         if isinstance(mode, Tagging):
-            mode.pause() if on else mode.resume()
+            try:  # inside the user's optimizer.step(): whatever happens, the step goes on
+                mode.pause() if on else mode.resume()
+            except Exception as e:
+                self._give_up(f"the creation-site mode could not step aside for the optimizer ({e})")
 
     def set_detail(self, step: int, on: bool) -> None:
         self.window = on

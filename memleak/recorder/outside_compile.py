@@ -72,12 +72,12 @@ def only_memleaks_step_hooks(opt: Any) -> bool:
     return all(
         _is_memleaks(k)
         for hooks in (
-            opt._optimizer_step_pre_hooks,
-            opt._optimizer_step_post_hooks,
-            optimizer_hooks._global_optimizer_pre_hooks,
-            optimizer_hooks._global_optimizer_post_hooks,
+            getattr(opt, "_optimizer_step_pre_hooks", None),
+            getattr(opt, "_optimizer_step_post_hooks", None),
+            getattr(optimizer_hooks, "_global_optimizer_pre_hooks", None),
+            getattr(optimizer_hooks, "_global_optimizer_post_hooks", None),
         )
-        for k in hooks
+        for k in (hooks if hooks is not None else ("unknown",))  # torch's private dicts: unknown is not memleak's
     )
 
 
