@@ -125,7 +125,8 @@ def _unconfirmed(f: Finding, measured_bps: float) -> Finding:
     steady = len(sizes) >= STEADY_SAMPLES and all(b > a for a, b in zip(sizes, sizes[1:], strict=False))
     if steady and measured_bps >= 0.5 * f.bytes_per_step:
         return f
-    note = "memory does not rise with it: the one tensor it holds is new each step, and only its size varies"
+    why = "memory does not rise with it" if steady else "its size did not rise at every sample"
+    note = f"{why}: the one tensor it holds is new each step, and only its size varies"
     return replace(f, leak=False, evidence=(*f.evidence, note))
 
 

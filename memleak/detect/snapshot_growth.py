@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..schema import Finding, Kind
-from ..snapshot import ALLOCATED, Snapshot
+from ..snapshot import ALLOCATED, NO_STACK, Snapshot
 from ..units import fmt_bytes, fmt_duration
 
 #: A site's surviving allocations make a finding when there are at least this many...
@@ -47,8 +47,9 @@ def surviving_allocations(snap: Snapshot) -> pd.DataFrame:
         open_at = _unfreed(entries["action"].astype(object).to_numpy(), entries["addr"].to_numpy())
         if not open_at:
             continue
-        clock = entries["time_us"]
-        clock = clock.to_numpy(dtype=np.float64) if clock.notna().all() else np.arange(len(entries), dtype=np.float64)
+        clock = _times_us(entries)
+        if clock is None:  # no times recorded (torch 2.0): by order
+            clock = np.arange(len(entries), dtype=np.float64)
         span = clock[-1] - clock[0]
         idx = np.fromiter(open_at.values(), dtype=np.int64)
         kept = entries.iloc[idx].assign(position=(clock[idx] - clock[0]) / span if span > 0 else 0.0)
@@ -90,7 +91,7 @@ def detect_snapshot_growth(snap: Snapshot) -> list[Finding]:
         return []
     seconds = _recorded_seconds(snap)
     out = []
-    for (dev, site), g in kept.groupby(["device", kept["frames"].astype(object).fillna("?")], sort=False):
+    for (dev, site), g in kept.groupby(["device", kept["frames"].astype(object).fillna(NO_STACK)], sort=False):
         finding = _site_finding(int(dev), str(site), g, seconds.get(int(dev)))
         if finding is not None:
             out.append(finding)
@@ -133,12 +134,17 @@ def _site_finding(dev: int, site: str, g: pd.DataFrame, seconds: float | None) -
     )
 
 
+def _times_us(entries: pd.DataFrame) -> np.ndarray | None:
+    """Each trace entry's time in microseconds; None where any is missing (torch < 2.1 records none)."""
+    clock = entries["time_us"]
+    return clock.to_numpy(dtype=np.float64) if clock.notna().all() else None
+
+
 def _recorded_seconds(snap: Snapshot) -> dict[int, float]:
-    """Seconds each device's recorded stretch lasted (torch >= 2.1 records time_us)."""
-    t = snap.trace
+    """Seconds each device's recorded stretch lasted, where its times were recorded."""
     out: dict[int, float] = {}
-    for dev, entries in t.groupby("device", sort=False):
-        clock = entries["time_us"]
-        if clock.notna().all() and len(clock) > 1:
-            out[int(dev)] = float(clock.iloc[-1] - clock.iloc[0]) / 1e6
+    for dev, entries in snap.trace.groupby("device", sort=False):
+        clock = _times_us(entries)
+        if clock is not None and len(clock) > 1:
+            out[int(dev)] = float(clock[-1] - clock[0]) / 1e6
     return out
