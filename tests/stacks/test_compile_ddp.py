@@ -13,8 +13,6 @@ leak of each level; rank 0 is the clean run:
 """
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from torch import nn
 
 import memleak
 from stacks.stack_harness import LEVELS
-from stacks.test_ddp_fsdp2 import _free_port, assert_only_rank_1_leaks, plant
+from stacks.test_ddp_fsdp2 import assert_only_rank_1_leaks, plant, results, spawn_ranks
 
 STEPS = 30  # level modules scans module attributes every 8-12 steps: 30 give it enough scans
 STACKS = ("ddp", "fsdp2")
@@ -115,34 +113,21 @@ def _side(rank: int, stack: str, levels, out: Path, steps: int = STEPS) -> dict:
     return {"counts": dynamo_counts(), **blocks}
 
 
-def _worker(rank: int, world: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        results = {}
-        for stack in STACKS:
-            _side(rank, stack, [None], Path(out), steps=2)  # warm-up: counts from the next run on
-            untracked = _side(rank, stack, [None] * len(LEVELS), Path(out))
-            tracked = _side(rank, stack, LEVELS, Path(out))
-            results[stack] = {"untracked": untracked, "tracked": tracked}
-        (Path(out) / f"results{rank}.json").write_text(json.dumps(results))
-        torch.distributed.barrier()
-    finally:
-        torch.distributed.destroy_process_group()
+def _stacks(rank: int, out: Path) -> dict:
+    results = {}
+    for stack in STACKS:
+        _side(rank, stack, [None], out, steps=2)  # warm-up: counts from the next run on
+        untracked = _side(rank, stack, [None] * len(LEVELS), out)
+        tracked = _side(rank, stack, LEVELS, out)
+        results[stack] = {"untracked": untracked, "tracked": tracked}
+    return results
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("compiled_dist")
-    t0 = time.perf_counter()
-    torch.multiprocessing.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
-    print(f"2 gloo ranks, {len(PHASES)} compiled phases: {time.perf_counter() - t0:.1f} s")
+    print(f"2 gloo ranks, {len(PHASES)} compiled phases: {spawn_ranks(out, _stacks):.1f} s")
     return out
-
-
-def results(ranks: Path, rank: int) -> dict:
-    return json.loads((ranks / f"results{rank}.json").read_text())
 
 
 @pytest.mark.parametrize("phase", list(PHASES))

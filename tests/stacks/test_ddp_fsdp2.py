@@ -108,28 +108,39 @@ def _loop(rank: int, stack: str, level: str | None, out: Path) -> dict:
     return {"losses": losses, "seconds": seconds, "left": left, "heap_per_step": heap_per_step}
 
 
-def _worker(rank: int, world: int, port: int, out: str) -> None:
+def _phases(rank: int, out: Path) -> dict:
+    results = {}
+    for stack in STACKS:
+        untracked = _loop(rank, stack, None, out)
+        for level in LEVELS:
+            results[f"{stack}_{level}"] = {"untracked": untracked, "tracked": _loop(rank, stack, level, out)}
+    return results
+
+
+def _gloo_rank(rank: int, world: int, port: int, out: str, body) -> None:
+    """One spawned rank: `body(rank, out)` in a gloo process group, what it returns written to
+    results{rank}.json."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        results = {}
-        for stack in STACKS:
-            untracked = _loop(rank, stack, None, Path(out))
-            for level in LEVELS:
-                results[f"{stack}_{level}"] = {"untracked": untracked, "tracked": _loop(rank, stack, level, Path(out))}
-        (Path(out) / f"results{rank}.json").write_text(json.dumps(results))
+        (Path(out) / f"results{rank}.json").write_text(json.dumps(body(rank, Path(out))))
         torch.distributed.barrier()
     finally:
         torch.distributed.destroy_process_group()
 
 
+def spawn_ranks(out: Path, body) -> float:
+    """Seconds two gloo ranks took to run `body` (a module-level function: spawn pickles it)."""
+    t0 = time.perf_counter()
+    torch.multiprocessing.spawn(_gloo_rank, args=(2, _free_port(), str(out), body), nprocs=2, join=True)
+    return time.perf_counter() - t0
+
+
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    t0 = time.perf_counter()
-    torch.multiprocessing.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
-    print(f"2 gloo ranks, {len(PHASES)} phases: {time.perf_counter() - t0:.1f} s")
+    print(f"2 gloo ranks, {len(PHASES)} phases: {spawn_ranks(out, _phases):.1f} s")
     for phase, r in json.loads((out / "results1.json").read_text()).items():
         print(f"rank 1, {phase}: {r['untracked']['seconds']:.2f} s untracked, {r['tracked']['seconds']:.2f} s tracked")
     return out
@@ -174,7 +185,8 @@ def assert_only_rank_1_leaks(report, untracked_heap: float) -> None:
         assert [(d.rank, d.kind) for d in report.divergences] == [(1, "leaks_alone")]
 
 
-@pytest.mark.parametrize("phase", [p for p, (stack, level) in PHASES.items() if leak_of(stack, level) == "module_cache"])
+@pytest.mark.parametrize(
+    "phase", [p for p, (stack, level) in PHASES.items() if leak_of(stack, level) == "module_cache"])
 def test_the_submodule_cache_is_named_on_rank_1(ranks, phase):
     report = memleak.analyze(memleak.load(ranks / phase))
     stack = PHASES[phase][0]
