@@ -13,7 +13,8 @@ import memleak
 from tests import scenarios
 
 
-def _report(name: str, level: str):
+def _report(name: str, level: str, device: str = "cpu"):
+    """The scenario's expectation, and its report when run under `with torch.device(device)`."""
     mod = scenarios.load(name)
     made = []
 
@@ -21,7 +22,7 @@ def _report(name: str, level: str):
         made.append(memleak.track(model, level=level, **kw))
         return made[-1]
 
-    with torch.device("cpu"):
+    with torch.device(device):
         mod.run(factory)
     return mod.EXPECTED, made[-1].report()
 
@@ -71,15 +72,6 @@ def test_set_default_device_keeps_tagging():
 @pytest.mark.parametrize("level", ["full", "auto"])
 def test_culprit_named_under_the_cuda_default_device(level):
     # what the H100 acceptance run found: the corpus under `with torch.device("cuda")` lost its culprits
-    mod = scenarios.load("leak_custom_function_ctx")
-    made = []
-
-    def factory(model, **kw):
-        made.append(memleak.track(model, level=level, **kw))
-        return made[-1]
-
-    with torch.device("cuda"):
-        mod.run(factory)
-    report = made[-1].report()
+    expected, report = _report("leak_custom_function_ctx", level, "cuda")
     assert report.run.meta["device"].startswith("cuda")
-    assert report.suspects and mod.EXPECTED["location"] in report.suspects[0].location, str(report)
+    assert report.suspects and expected["location"] in report.suspects[0].location, str(report)
