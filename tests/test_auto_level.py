@@ -224,3 +224,25 @@ def test_a_heap_creeping_while_the_process_warms_up_opens_no_growth_window():
     assert not escalation.screen(series)
     series["heap_bytes"] = array("d", leak)
     assert escalation.screen(series)
+
+
+def test_the_first_sampled_window_waits_until_the_run_can_pay_for_it():
+    """No window has been measured yet: one is taken to cost UNMEASURED_DETAIL plain steps a step,
+    so a short clean run gets no sampled window it cannot afford (it used to count as free)."""
+    auto = AutoLevel()
+    auto.begin()
+    heap = [1e8] * 3000
+    plain = 0.01
+    elapsed = 0.0
+    first = None
+    for step in range(3000):
+        elapsed += 0.03 if auto.on else plain
+        change = auto.after(step, 0.03 if auto.on else plain, elapsed, _series(heap[max(0, step - 70): step + 1]))
+        if change is not None and change[1] == DetailReason.SAMPLE:
+            first = step + 1
+            break
+    guess = escalation.WINDOW_STEPS * escalation.UNMEASURED_DETAIL * plain
+    assert first is not None
+    assert first > escalation.YOUNG_STEPS + escalation.SAMPLE_GAP  # the gap alone would have opened it here
+    # it opens on the first step the budget pays for it
+    assert guess <= escalation.SAMPLE_BUDGET * elapsed < guess + escalation.SAMPLE_BUDGET * plain

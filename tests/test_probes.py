@@ -84,6 +84,21 @@ def test_census_probe_is_off_between_the_auto_windows():
     assert probe.sample(5, 10.0)["tensor_bytes"] is not None  # ten seconds of steps pay for a census
 
 
+def test_census_at_auto_skips_the_young_steps_and_starts_with_the_first_window():
+    """The young steps would get one census, no trend, for a census's time: the first one comes on
+    the first window's first step, however little step time has been earned by then."""
+    from memleak.probes.census import CensusProbe
+    probe = CensusProbe()
+    probe.start(ProbeContext(device=torch.device("cpu"), level="auto", options={"census_budget": 0.05}))
+    assert all(probe.sample(i, 0.001)["tensor_bytes"] is None for i in range(32))
+    probe.set_detail(32, False)
+    assert probe.sample(32, 0.001)["tensor_bytes"] is None
+    probe.set_detail(40, True)
+    first = probe.sample(40, 0.001)
+    assert first["tensor_bytes"] is not None and first["census_seconds"] > 0
+    assert probe.sample(41, 0.001)["tensor_bytes"] is None  # then on the budget: 5 % of a millisecond pays for none
+
+
 def test_cpu_probes_say_why_they_do_not_apply():
     with pytest.raises(Unavailable, match="CPU"):
         AllocatorProbe().start(CPU)

@@ -3,8 +3,9 @@
 It walks every object the garbage collector tracks (a tenth of a second or more
 in a process with torch loaded), so it runs on a time budget: a census is taken
 only when the step time since the last one pays for it at `budget` (5 % by
-default), and always on the first step. At level auto it runs only while full
-detail is on (the young steps, the windows). Steps without one have NaN.
+default), and always on the first step. At level auto it runs only in the windows, on the
+first window's first step and then on the budget (in the young steps it would be one value and
+no trend, bought for a census's time: a hundredth of a short run). Steps without one have NaN.
 """
 
 from __future__ import annotations
@@ -12,30 +13,38 @@ from __future__ import annotations
 import gc
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from ..schema import Level
 from . import Probe, ProbeContext
 
 
-def live_tensors() -> Iterator[torch.Tensor]:
+def live_tensors() -> list[torch.Tensor]:
     """Every tensor object alive in this process that the garbage collector sees.
 
-    Tests the type, not the object: `isinstance` would read `__class__`, which
-    lazy modules answer with deprecation warnings. The type cache lives for one walk
-    only: kept between walks, it would keep every class it saw alive.
+    Tests the type, not the object: `isinstance` would read `__class__`, which lazy modules
+    answer with deprecation warnings. The tensor types are torch.Tensor's subclasses as they are
+    now, looked up once a walk (a set kept between walks would keep every class it saw alive),
+    so the walk over every object is one set lookup each.
     """
-    _is_tensor_type: dict[type, bool] = {}
+    kinds = _tensor_types()
+    return [obj for obj in gc.get_objects() if type(obj) in kinds]
+
+
+def _tensor_types() -> set[type]:
+    """torch.Tensor and its subclasses, less torch.compile's FakeTensors."""
     fake = _fake_tensor_type()
-    for obj in gc.get_objects():
-        t = type(obj)
-        hit = _is_tensor_type.get(t)
-        if hit is None:
-            hit = _is_tensor_type[t] = issubclass(t, torch.Tensor) and not (fake and issubclass(t, fake))
-        if hit:
-            yield obj
+    kinds: set[type] = {torch.Tensor}
+    todo: list[type] = [torch.Tensor]
+    while todo:
+        subs: list[type] = type.__subclasses__(todo.pop())
+        for sub in subs:
+            if sub not in kinds and not (fake is not None and issubclass(sub, fake)):
+                kinds.add(sub)
+                todo.append(sub)
+    return kinds
 
 
 def _fake_tensor_type() -> type | None:
@@ -83,13 +92,15 @@ class CensusProbe(Probe):
         self.first = True
         self.last_cost = 0.0
         self.window: bool | None = None  # the auto level's window: None at a fixed level
+        if ctx.level == Level.AUTO:
+            self.window = False  # none in the young steps: the first window's first step takes the first
         return {"census_budget": self.budget}
 
     def set_detail(self, step: int, on: bool) -> None:
         self.window = on
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
-        if self.window is False:  # the auto level between windows: no census, no credit
+        if self.window is False:  # the auto level outside its windows: no census, no credit
             return {"tensor_bytes": None, "tensor_count": None}
         self.credit += step_seconds * self.budget
         if not self.first and self.credit < self.last_cost:

@@ -1,10 +1,10 @@
 """The auto level: full detail while the run is young, then the counters every step and full
 detail in windows.
 
-Young runs (`YOUNG_STEPS`): the first steps run exactly as level full does (each sampled probe
-on its own time budget, the census on the first step), so a short run (a test, a script, a job
-that fails early) gets the same evidence, and the same verdict, as at full. It is a start-up
-cost: at 2 000 steps it is about a sixtieth of the run, at 200 steps a sixth.
+Young runs (`YOUNG_STEPS`): the first steps run as level full does (each sampled probe on its
+own time budget; the census alone waits for the first window), so a short run (a test, a
+script, a job that fails early) gets the same evidence, and the same verdict, as at full. It is
+a start-up cost: at 2 000 steps it is about a sixtieth of the run, at 200 steps a sixth.
 
 After that, a window turns the sampled probes on (module hooks, creation-site tagging,
 saved-tensor tracking, the reference walk; `Probe.set_detail`), each at its densest, a detail
@@ -25,7 +25,8 @@ Windows open
   is `GROWTH_SPACING` times as long as when the last one opened, so a run that keeps growing
   gets a few windows, spread over its length, not full detail throughout;
 - on a time budget (`sample`): a window opens when the windows' detail so far, with one more
-  window, costs at most `SAMPLE_BUDGET` of the run's time, and `SAMPLE_GAP` steps have passed
+  window, costs at most `SAMPLE_BUDGET` of the run's time (before any window was measured, one
+  is taken to cost `UNMEASURED_DETAIL` plain steps a step), and `SAMPLE_GAP` steps have passed
   since the last window: slow growth the screen misses is still sampled, and a bounded cache is
   seen again after it filled.
 
@@ -59,6 +60,10 @@ DETAIL_FLOOR = 0.3
 SAMPLE_BUDGET = 0.01
 #: ...and one comes at most every SAMPLE_GAP steps (a cost measured near zero is noise, not free).
 SAMPLE_GAP = 100
+#: Until a window has been measured, each of its steps is taken to cost this many plain steps more
+#: (a dense window's detail steps measure about a third of one on a CPU transformer; taking a whole
+#: one keeps the first window inside the budget wherever detail costs more).
+UNMEASURED_DETAIL = 1.0
 #: A growth window waits until the run is this many times as long as when the last one opened.
 GROWTH_SPACING = 2.0
 #: The growth screen: Kendall's tau over the last SCREEN_ROWS values (at least SCREEN_MIN_ROWS)...
@@ -175,10 +180,17 @@ class AutoLevel:
             if self._screen(nxt, series):
                 self.growth_at = nxt
                 return self._open(nxt, DetailReason.GROWTH)
-        per_window = self.spent() / max(self.windows, 1)  # the young steps are not a window
+        per_window = self._per_window()
         if nxt >= self.until + SAMPLE_GAP and self.spent() + per_window <= SAMPLE_BUDGET * elapsed:
             return self._open(nxt, DetailReason.SAMPLE)
         return None
+
+    def _per_window(self) -> float:
+        """What one more window is expected to cost: the windows' mean so far, or before the first
+        (the young steps are not a window) a guess that errs high."""
+        if self.windows:
+            return self.spent() / self.windows
+        return WINDOW_STEPS * UNMEASURED_DETAIL * (self.plain or 0.0)
 
     def _screen(self, step: int, series: Mapping[str, array]) -> bool:
         t0 = time.perf_counter()
