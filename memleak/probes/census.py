@@ -84,10 +84,10 @@ class CensusProbe(Probe):
     def start(self, ctx: ProbeContext) -> dict[str, Any]:
         self.device = str(ctx.device)
         self.budget = float(ctx.options.get("census_budget", 0.05))
-        # step time's share earned and not yet spent on censuses. The first step always gets one (the
-        # survivor checks of short runs lean on it; level auto's young steps run as full does); it
-        # is paid back like any other before the next, so the budget holds over the run, first
-        # census included, from the time it has paid for one census on.
+        # step time's share earned and not yet spent on censuses. The first step always gets one (at
+        # level auto the first window's first step: the series' first point); it is paid back like
+        # any other before the next, so the budget holds over the run, first census included, from
+        # the time it has paid for one census on.
         self.credit = 0.0
         self.first = True
         self.last_cost = 0.0
