@@ -98,7 +98,7 @@ def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
     ptrs: set[int] = set()
 
     def add(t):
-        if isinstance(t, torch.Tensor):
+        if isinstance(t, torch.Tensor) and id(t) not in ids:  # the optimizer's params are the model's
             ids.add(id(t))
             t = local_tensor(t)  # a sharded (FSDP2) tensor: its shard is what this rank holds
             ids.add(id(t))
