@@ -57,7 +57,7 @@ YOUNG_STEPS = 32
 #: (on a loaded machine the measure is mostly noise, and noise must not make windows free).
 DETAIL_FLOOR = 0.3
 #: Sampled windows: all detail may cost this share of the run's time...
-SAMPLE_BUDGET = 0.01
+SAMPLE_BUDGET = 0.005
 #: ...and one comes at most every SAMPLE_GAP steps (a cost measured near zero is noise, not free).
 SAMPLE_GAP = 100
 #: Until a window has been measured, each of its steps is taken to cost this many plain steps more
