@@ -9,7 +9,8 @@ Real case: https://github.com/pytorch/tutorials/pull/485 ("The torch tensor and 
 shares the memory only if the torch tensor is on CPU") and https://github.com/pytorch/pytorch/pull/2164
 ("Document how Numpy memory management works": the array keeps the tensor's memory alive); the
 eval-time leak of https://github.com/KaiyangZhou/deep-person-reid/pull/493 (per-batch tensors
-kept in lists held whole batches in RAM).
+kept in lists held whole batches in RAM); the very loop ``result.append(output.data.cpu().numpy())``
+is in https://github.com/pytorch/pytorch/issues/13613 (on CUDA ``.cpu()`` copies; on CPU it does not).
 """
 import torch
 from torch import nn
