@@ -466,3 +466,12 @@ def test_numpy_arrays_sharing_tensor_memory_are_walked_to_their_tensors():
     assert walk.holders["mv"].count == 1
     assert walk.holders["objs"].count == 1
     del kept, views, mv, objs
+
+
+def test_tensors_in_pandas_columns_are_named_by_what_holds_the_frames():
+    frames = [pd.DataFrame({"step": [i], "feats": [torch.zeros(256)]}) for i in range(3)]
+    series = pd.Series([torch.zeros(16), None])
+    walk = _walk([sys._getframe()])
+    assert walk.holders["frames"].count == 3 and walk.holders["frames"].nbytes == 3 * 1024
+    assert walk.holders["series"].count == 1
+    del frames, series

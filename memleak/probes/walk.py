@@ -8,6 +8,7 @@ Split from `holders`, which picks the roots (`holders.walk_roots`) and runs the 
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import itertools
 import sys
@@ -37,6 +38,16 @@ from .walk_scope import (
 
 # Objects whose insides are never walked: code, frames, classes, modules, weak references.
 _OPAQUE = (types.ModuleType, type, types.FrameType, types.CodeType, types.GeneratorType, weakref.ref)
+
+
+@functools.cache
+def _pandas_managers() -> tuple[type, ...]:
+    """Looked up once a pandas object is met (pandas is then loaded), never imported otherwise."""
+    try:  # the column store of a DataFrame and a Series (pandas >= 1.x)
+        from pandas.core.internals import BlockManager, SingleBlockManager
+    except Exception:
+        return ()
+    return (BlockManager, SingleBlockManager)
 
 
 def _is_ndarray(t: type) -> bool:
@@ -135,6 +146,10 @@ class Walk(HolderTally):
             self._optimizer(obj, path, holder, weight, note)
         elif t is memoryview or _is_ndarray(t):
             self._view(obj, path, holder, kind, weight, note)
+        elif top_package(t) == "pandas" and isinstance(getattr(obj, "_mgr", None), _pandas_managers()):
+            # a DataFrame or Series: its columns are arrays (an object column keeps its items)
+            for arr in obj._mgr.arrays:
+                self.push(arr, path + "[...]", holder or path, kind, weight, note)
         elif isinstance(obj, _OPAQUE) or top_package(t) in SKIP_PACKAGES:
             if issubclass(t, torch.autograd.function.BackwardCFunction) or t.__module__.startswith("torch.utils.data"):
                 # an autograd ctx, a DataLoader (its dataset may cache tensors), a Subset...
