@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -449,3 +450,28 @@ def test_state_dicts_kept_in_a_long_list_hold_the_weights_once():
     count, nbytes = _held("history", [sys._getframe()])
     assert round(count) == 400 and nbytes == weights, (count, nbytes, weights)
     del history
+
+
+def test_numpy_arrays_sharing_tensor_memory_are_walked_to_their_tensors():
+    # `t.numpy()` of a CPU tensor shares its storage: the array's base is a tensor. Arrays are not
+    # seen by the garbage collector, so only the walk (array -> base) finds what they keep
+    kept = [torch.zeros(1024).numpy() for _ in range(3)]
+    views = [torch.zeros(1024).numpy()[::2] for _ in range(2)]  # a view of the array keeps it
+    mv = [memoryview(torch.zeros(256).numpy())]
+    objs = np.empty(2, dtype=object)
+    objs[0], objs[1] = torch.zeros(8), "x"  # an array of objects keeps its items
+    walk = _walk([sys._getframe()])
+    assert walk.holders["kept"].count == 3 and walk.holders["kept"].nbytes == 3 * 4096
+    assert walk.holders["views"].count == 2
+    assert walk.holders["mv"].count == 1
+    assert walk.holders["objs"].count == 1
+    del kept, views, mv, objs
+
+
+def test_tensors_in_pandas_columns_are_named_by_what_holds_the_frames():
+    frames = [pd.DataFrame({"step": [i], "feats": [torch.zeros(256)]}) for i in range(3)]
+    series = pd.Series([torch.zeros(16), None])
+    walk = _walk([sys._getframe()])
+    assert walk.holders["frames"].count == 3 and walk.holders["frames"].nbytes == 3 * 1024
+    assert walk.holders["series"].count == 1
+    del frames, series

@@ -8,8 +8,10 @@ Split from `holders`, which picks the roots (`holders.walk_roots`) and runs the 
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import itertools
+import sys
 import types
 import weakref
 from typing import Any
@@ -36,6 +38,22 @@ from .walk_scope import (
 
 # Objects whose insides are never walked: code, frames, classes, modules, weak references.
 _OPAQUE = (types.ModuleType, type, types.FrameType, types.CodeType, types.GeneratorType, weakref.ref)
+
+
+@functools.cache
+def _pandas_managers() -> tuple[type, ...]:
+    """Looked up once a pandas object is met (pandas is then loaded), never imported otherwise."""
+    try:  # the column store of a DataFrame and a Series (pandas >= 1.x)
+        from pandas.core.internals import BlockManager, SingleBlockManager
+    except Exception:
+        return ()
+    return (BlockManager, SingleBlockManager)
+
+
+def _is_ndarray(t: type) -> bool:
+    """A numpy array type (never imports numpy: an array exists only once numpy is loaded)."""
+    np = sys.modules.get("numpy")
+    return np is not None and issubclass(t, np.ndarray)
 
 
 class Walk(HolderTally):
@@ -126,6 +144,12 @@ class Walk(HolderTally):
             self._partial(obj, path, holder, kind, weight, note)
         elif isinstance(obj, torch.optim.Optimizer):
             self._optimizer(obj, path, holder, weight, note)
+        elif t is memoryview or _is_ndarray(t):
+            self._view(obj, path, holder, kind, weight, note)
+        elif top_package(t) == "pandas" and isinstance(getattr(obj, "_mgr", None), _pandas_managers()):
+            # a DataFrame or Series: its columns are arrays (an object column keeps its items)
+            for arr in obj._mgr.arrays:
+                self.push(arr, path + "[...]", holder or path, kind, weight, note)
         elif isinstance(obj, _OPAQUE) or top_package(t) in SKIP_PACKAGES:
             if issubclass(t, torch.autograd.function.BackwardCFunction) or t.__module__.startswith("torch.utils.data"):
                 # an autograd ctx, a DataLoader (its dataset may cache tensors), a Subset...
@@ -139,6 +163,24 @@ class Walk(HolderTally):
             self.push(a, path + "[...]", holder, kind, weight, note)
         for k, v in obj.keywords.items():
             self.push(v, f"{path}.{k}", holder, kind, weight, note)
+
+    def _view(self, obj, path, holder, kind, weight, note) -> None:
+        """An array or memoryview: it keeps the object whose memory it shares (``tensor.numpy()``
+        keeps the tensor's storage; a view of that array keeps the array), and an array of Python
+        objects keeps its items. Neither is seen by the garbage collector, so only this walk finds
+        what such an array keeps."""
+        base = obj.obj if type(obj) is memoryview else obj.base
+        if base is not None:
+            self.push(base, path, holder, kind, weight, note)
+        dtype = getattr(obj, "dtype", None)
+        if getattr(dtype, "hasobject", False) and getattr(obj, "size", 0):
+            flat = obj.ravel()
+            n = len(flat)
+            items = list(flat) if n <= 2 * SEQ_SAMPLE else [*flat[:SEQ_SAMPLE], *flat[-SEQ_SAMPLE:]]
+            if n > len(items):
+                self._estimated(holder or path)
+            for it in items:
+                self.push(it, path + "[...]", holder or path, kind, weight * n / len(items), note)
 
     def _lru_cache(self, fn, path, holder, weight, note) -> None:
         """What a `functools.lru_cache` keeps for the life of its function: each key and result.
