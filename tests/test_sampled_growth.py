@@ -5,7 +5,7 @@ filled (a cache at its capacity), it does not leak. Pure detector tests on synth
 from __future__ import annotations
 
 from memleak.detect.holder_growth import buffer_findings, holder_findings
-from memleak.detect.sampled_trend import keeps_new_highs, plateaued, sustained_rise
+from memleak.detect.sampled_trend import keeps_new_highs, plateaued, refills_level, sustained_rise
 from memleak.records import HolderRow, HoldersRecord
 
 KIB = 1024
@@ -121,3 +121,27 @@ def test_more_aliases_of_storage_already_held_are_no_leak():
     assert _leaks(_records(steps, counts, [175 * KIB] * 8)) == set()
     # the same count with a little more memory each time (detached scalars) stays a leak
     assert _leaks(_records(steps, counts, [175 * KIB + 4 * c for c in counts])) == {"cache"}
+
+
+# a metric's list state sampled at full level over 200 steps: appended every step, reset every 25
+_EPOCH_STEPS = [1, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 28, 30, 36, 40, 46, 52, 54, 56, 61, 63, 65, 71, 77, 79, 81,
+                83, 85, 87, 89, 94, 96, 98, 104, 106, 112, 115, 117, 123, 129, 135, 141, 144, 147, 151, 153, 159,
+                161, 167, 173, 179, 185, 191, 196]  # fmt: skip
+
+
+def _epoch_counts(kept_per_epoch: int = 0) -> list[float]:
+    return [(s % 25) + 1 + kept_per_epoch * (s // 25) for s in _EPOCH_STEPS]
+
+
+def test_a_state_filled_each_epoch_and_reset_at_its_end_is_no_leak():
+    counts = _epoch_counts()
+    assert refills_level(counts, 2)
+    assert sustained_rise(_EPOCH_STEPS, counts, 2) is None
+    assert _leaks(_records(_EPOCH_STEPS, counts, [int(c) * 4 * KIB for c in counts])) == set()
+
+
+def test_a_sawtooth_whose_lows_rise_is_still_judged_as_growth():
+    # something kept from every epoch (3 tensors) under the cycle: the lows rise
+    assert not refills_level(_epoch_counts(kept_per_epoch=3), 2)
+    # and a plain steady leak has no cycle at all
+    assert not refills_level(list(range(1, 40)), 2)

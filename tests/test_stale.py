@@ -1,5 +1,7 @@
 """A holder that grew while sampled is a leak only if the counters keep rising after its last sample
 (detect/stale.py): a buffer that filled between two sampling windows is not."""
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -42,4 +44,27 @@ def test_a_sawtooth_after_the_last_sample_confirms_it():
     epochs = np.tile(MIB * np.arange(10.0), 7)  # rises every step, given back every 10 steps
     heap = np.r_[100 * MIB + epochs[:32], 100 * MIB + epochs[32:]]
     (f,) = confirm_after_sampling(_run(heap), [_holder()])
+    assert f.leak
+
+
+def _detached_holder(nodes=0.0):
+    f = _holder()
+    return replace(f, data={**f.data, "nodes": [nodes] * len(f.data["steps"])})
+
+
+def test_detached_tensors_filled_and_emptied_each_epoch_are_not_confirmed_by_the_sawtooth():
+    # a metric's list states: reset every 25 steps, sampled in the first epoch only
+    epochs = np.tile(MIB * np.arange(25.0), 5)
+    heap = 100 * MIB + epochs
+    (f,) = confirm_after_sampling(_run(heap), [_detached_holder()])
+    assert not f.leak and "fell back to the same low" in f.evidence[-1]
+    # the same cycle over graphs kept until the epoch's end stays a leak (its peak is the epoch's length)
+    (g,) = confirm_after_sampling(_run(heap), [_detached_holder(nodes=40.0)])
+    assert g.leak
+
+
+def test_a_leak_under_an_epoch_sawtooth_raises_its_lows_and_is_confirmed():
+    epochs = np.tile(MIB * np.arange(25.0), 5)
+    heap = 100 * MIB + epochs + 0.5 * MIB * np.arange(125.0)
+    (f,) = confirm_after_sampling(_run(heap), [_detached_holder()])
     assert f.leak

@@ -1,6 +1,7 @@
 """Growth across the TensorProbe's sampled deep steps: too few points for a significance
 test, so growth is a rise that is mostly monotone and still climbing in the second half, and
-that has not stopped for its last stretch of samples (a cache that filled to its capacity)."""
+that has not stopped for its last stretch of samples (a cache that filled to its capacity), nor
+falls back to its low again and again (a state filled each epoch and emptied at its end)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ PLATEAU_SHARE = 0.25
 NEW_HIGH_SHARE = 0.75
 LONG_TREND_SAMPLES = 8
 LONG_TREND_P = 0.001
+#: A fall back to at most this share of what a cycle gained above its low empties the cycle ...
+REFILL_SHARE = 0.5
+#: ... and this many such falls make the series a fill-and-empty cycle, judged on its lows.
+MIN_REFILLS = 2
+#: The lows of a cycle that leaks rise by this share of a cycle's swing at least.
+LOW_RISE_SHARE = 0.25
 
 
 def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_rise: float = 0.0) -> dict | None:
@@ -33,7 +40,10 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
     v = np.asarray(values, dtype=float)
     x = np.asarray(steps, dtype=float)
     rise = v[-1] - v[0]
-    if rise < max(min_rise, rel_rise * max(abs(v[0]), 1.0)):
+    threshold = max(min_rise, rel_rise * max(abs(v[0]), 1.0))
+    if rise < threshold:
+        return None
+    if refills_level(v, threshold):
         return None
     d = np.diff(v)
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
@@ -56,6 +66,33 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
         "confidence": round(conf, 3),
         "span": int(x[-1] - x[0]),
     }
+
+
+def refills_level(values, min_rise: float) -> bool:
+    """Whether the series is a fill-and-empty cycle that does not leak: it falls back most of the
+    way to its low (``REFILL_SHARE`` of the cycle's gain or less) ``MIN_REFILLS`` times or more,
+    and the lows of its later cycles are not above those of its earlier ones by `min_rise` and by
+    ``LOW_RISE_SHARE`` of a cycle's swing (the lows are sampled at irregular steps: each is late in
+    its cycle by a few steps). A metric's list states appended each step and reset at each epoch's
+    end, or outputs kept for an epoch: drops are a few of many samples, and a sample late in a cycle
+    looks like a rise. A leak under the cycle (something kept from every epoch) raises the lows."""
+    v = np.asarray(values, dtype=float)
+    lows: list[float] = []
+    swings: list[float] = []
+    low = peak = float(v[0])
+    for x in v[1:]:
+        if peak - low >= min_rise and x - low <= REFILL_SHARE * (peak - low):
+            lows.append(low)  # the cycle is emptied: a new one starts at x
+            swings.append(peak - low)
+            low = peak = float(x)
+        else:
+            low, peak = min(low, float(x)), max(peak, float(x))
+    if len(lows) < MIN_REFILLS:
+        return False
+    lows.append(low)
+    half = len(lows) // 2
+    raised = float(np.median(lows[-half:]) - np.median(lows[:half]))
+    return raised < max(min_rise, LOW_RISE_SHARE * float(np.median(swings)))
 
 
 def _theil(x: np.ndarray, v: np.ndarray) -> float:

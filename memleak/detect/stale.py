@@ -16,6 +16,7 @@ from ..run import Run
 from ..schema import Finding
 from ..units import fmt_bytes
 from .growth import memory_series
+from .sampled_trend import refills_level
 from .trend import theil
 
 #: Steps after the last sample, and share of the run, before the counters must confirm it.
@@ -54,11 +55,25 @@ def _confirmed(f: Finding, steps: np.ndarray, values: np.ndarray, column: str) -
     # still rises on most steps while the holder fills again
     x, y = steps[tail], values[tail]
     slope = max(theil(x, y)[0], float(np.median(np.diff(y) / np.diff(x))))
-    if slope >= CONFIRM_SHARE * f.bytes_per_step:
+    # ... unless the holder keeps no autograd graph and memory falls back to the same low at
+    # every cycle: detached tensors filled and emptied each epoch (a metric's list states, an
+    # epoch's outputs) are bounded by the epoch; a leak under the cycle raises its lows by at
+    # least CONFIRM_SHARE of the holder's rate (the lows of the tail's two halves lie about half
+    # the tail apart)
+    if _detached(f) and refills_level(y, CONFIRM_SHARE * f.bytes_per_step * float(x[-1] - x[0]) / 2):
+        why = f"{column} fell back to the same low at the end of each cycle"
+    elif slope >= CONFIRM_SHARE * f.bytes_per_step:
         return f
+    else:
+        why = f"{column} rose {fmt_bytes(max(slope, 0.0))} per step against its {fmt_bytes(f.bytes_per_step)}"
     note = (
-        f"it was sampled on steps {int(first)}-{int(last)} only; over steps {int(last)}-{int(end)} {column} "
-        f"rose {fmt_bytes(max(slope, 0.0))} per step against its {fmt_bytes(f.bytes_per_step)}: what it holds "
-        f"stopped growing (it filled, or is bounded), so this is not shown to leak"
+        f"it was sampled on steps {int(first)}-{int(last)} only; over steps {int(last)}-{int(end)} {why}: "
+        f"what it holds stopped growing (it filled, or is bounded), so this is not shown to leak"
     )
     return replace(f, leak=False, evidence=(*f.evidence, note))
+
+
+def _detached(f: Finding) -> bool:
+    """Whether the holder's samples show no autograd graph at all (a ``nodes`` column of zeros)."""
+    nodes = f.data.get("nodes") if isinstance(f.data, dict) else None
+    return isinstance(nodes, list) and len(nodes) > 0 and max(nodes) == 0
