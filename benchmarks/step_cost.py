@@ -8,7 +8,7 @@ hundred microseconds a step: too coarse for costs of tens. So the cost is measur
 process CPU time, each where memleak spends it:
 
 - start, close: `tracker.start()` and `tracker.close()` themselves (ms);
-- first: step 0 beyond the untracked loop's step 0 (the first census, first-use set-up) (ms);
+- first: step 0 beyond the untracked loop's step 0 (the first census at the fixed levels, first-use set-up) (ms);
 - boundary: `tracker.step()` itself (every probe's sample, the census, the reference walks, the
   record written), per step over the steady steps 33..end (us);
 - hooks: what the probes' hooks and modes add inside the user's step: on each step that ran with
