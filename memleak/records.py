@@ -183,8 +183,9 @@ class HolderRow(_Record):
     note: str = ""  # what the walk noted about it (a generator's frame, a container it skipped)
     views: float = 0  # of them, small views that keep a much larger storage alive
     stored: str = ""  # file.py:line in the user's code that stores into it (the append, the assignment)
+    arrays: float = 0  # of them, tensors reached through numpy arrays or memoryviews that share their memory
 
-    OPTIONAL = frozenset({"seq", "linked", "host_bytes", "capped", "estimated", "note", "views", "stored"})
+    OPTIONAL = frozenset({"seq", "linked", "host_bytes", "capped", "estimated", "note", "views", "stored", "arrays"})
     TUPLES = frozenset({"seq"})
 
 

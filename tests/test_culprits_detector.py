@@ -150,3 +150,21 @@ def test_a_graph_built_afresh_each_step_is_not_retained():
     for i, r in enumerate(rows):
         r["holders"][0]["seq"] = [5, 1000 * i + 10 * STEPS[i]]
     assert [f.kind for f in culprits.detect(_run({"holders": rows}))] == [Kind.RETAINED_GRAPH]
+
+
+def test_the_plots_graph_rate_is_the_rate_the_evidence_gives_also_past_the_walks_cap():
+    from memleak.report.series import graph_growth
+
+    # 7 nodes a step until the walk's cap at 165 nodes: the rate is judged up to the cap, and the
+    # plot must show that rate, not the first-to-last average that the capped samples drag down
+    nodes = [min(11 + 7 * (s - 1), 165) for s in STEPS]
+    hist = [{"count": s, "bytes": 4 * s, "grad": s, "old": max(0, s - 2), "nodes": n} for s, n in zip(STEPS, nodes)]
+    recs = _holders({"history": hist}, STEPS)
+    for r in recs:
+        row = r["holders"][0]
+        row["capped"] = row["nodes"] >= 165
+    (f,) = culprits.detect(_run({"holders": recs}))
+    rate = graph_growth([f])["history"]
+    assert rate == f.data["nodes_per_step"]
+    assert f"+{rate:.1f} nodes per step" in " ".join(f.evidence)
+    assert rate > (nodes[-1] - nodes[0]) / (STEPS[-1] - STEPS[0]) + 1

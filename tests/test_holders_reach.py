@@ -465,7 +465,28 @@ def test_numpy_arrays_sharing_tensor_memory_are_walked_to_their_tensors():
     assert walk.holders["views"].count == 2
     assert walk.holders["mv"].count == 1
     assert walk.holders["objs"].count == 1
+    # the arrays share their tensors' memory (said in the evidence, and the fix says to copy);
+    # a tensor an object array holds is the tensor itself, no shared memory
+    assert walk.holders["kept"].arrays == 3 and walk.holders["mv"].arrays == 1
+    assert walk.holders["objs"].arrays == 0
     del kept, views, mv, objs
+
+
+def test_a_holder_of_arrays_that_share_memory_is_told_to_keep_copies():
+    from memleak.detect import holder_growth
+    from memleak.records import HolderRow, HoldersRecord
+
+    def records(arrays_share):
+        return [HoldersRecord(step=s, holders=(HolderRow("embeddings", "local", count=s, bytes=4096 * s, old=s - 2,
+                                                         arrays=s if arrays_share else 0),))
+                for s in range(2, 22, 2)]
+
+    for share, copy in ((True, True), (False, False)):
+        findings: dict = {}
+        holder_growth.holder_findings(records(share), {}, None, findings, set())
+        f = findings["embeddings"]
+        assert ("numpy().copy()" in f["fix"]) is copy
+        assert any("share their memory" in e for e in f["evidence"]) is share
 
 
 def test_tensors_in_pandas_columns_are_named_by_what_holds_the_frames():

@@ -17,10 +17,20 @@ def culprit_fix(
     has_grad: bool,
     saved_growing: bool,
     same_object: bool | None = None,
+    shares_arrays: bool = False,
 ) -> str:
-    """The fix for `holder` (of the walk's kind `hkind`) keeping tensors as a `kind` leak."""
+    """The fix for `holder` (of the walk's kind `hkind`) keeping tensors as a `kind` leak;
+    `shares_arrays`: what it keeps are numpy arrays that share their tensors' memory."""
     if kind == Kind.RETAINED_GRAPH:
         return _retained_graph_fix(holder, chained, same_object)
+    if shares_arrays:
+        return (
+            f"`{holder}` gains numpy arrays every step that share the memory of the tensors they came from "
+            f"(on a CPU tensor `.cpu()` is the tensor itself and `.numpy()` copies nothing), so each keeps a "
+            f"whole tensor alive: keep a copy that owns its memory (`t.detach().cpu().numpy().copy()`, or "
+            f"only what you need, like `.mean().item()`), bound it with `collections.deque(maxlen=...)`, or "
+            f"clear it regularly."
+        )
     if ".ctx." in holder:
         return (
             f"the custom autograd Function stores tensors as attributes of `ctx` ({holder}), which makes a "

@@ -131,7 +131,14 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
         bps=max(f["bps"], bps),
         total=max(f["total"], nbytes[-1]),
         fix=culprit_fix(
-            kind, name, hkind, chained, has_grad, saved_growing, same_object=(h.old[-1] > 0) if chained else None
+            kind,
+            name,
+            hkind,
+            chained,
+            has_grad,
+            saved_growing,
+            same_object=(h.old[-1] > 0) if chained else None,
+            shares_arrays=h.last.arrays >= 0.5 * h.last.count,
         ),
         data={
             **f["data"],
@@ -146,6 +153,8 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             "bytes_only": not (h.count_trend or h.node_trend) and h.old[-1] == 0,
         },
     )
+    if h.node_trend:  # the rate the evidence gives, for the plots (the series runs past the walk's cap)
+        f["data"]["nodes_per_step"] = h.node_trend["slope"]
     f["evidence"].extend(_growth_evidence(name, hkind, h, bps))
     if chained and carried:
         if name in carried:  # the graphs detector gives the evidence
@@ -212,6 +221,11 @@ def _row_notes(last: HolderRow) -> list[str]:
         )
     if last.note:
         notes.append(last.note)
+    if last.arrays:
+        notes.append(
+            f"{_count_words(last.arrays)} it holds are reached through numpy arrays (or memoryviews) that share "
+            f"their memory: `.numpy()` of a CPU tensor copies nothing, so each array keeps its tensor's storage alive"
+        )
     if last.views:
         notes.append(
             f"{_count_words(last.views)} it holds are views of larger tensors: each keeps its whole base in memory"

@@ -33,6 +33,7 @@ class HolderStats:
     estimated: bool = False
     note: str = ""
     views: float = 0.0  # tensors that are small views of a much larger storage
+    arrays: float = 0.0  # tensors reached through numpy arrays or memoryviews that share their memory
     linked: bool = False  # its graph is built on what it held at the previous sample (graphs.py)
     # storage -> [bytes, weight, old, host]: summed into nbytes, old_bytes, host_bytes at the end
     _storages: dict = field(default_factory=dict, repr=False)
@@ -57,6 +58,7 @@ class HolderStats:
             estimated=self.estimated,
             note=self.note,
             views=round(self.views, 1),
+            arrays=round(self.arrays, 1),
             stored=stored,
         )
 
@@ -97,6 +99,8 @@ class HolderTally:
         self.tensor_holder: dict[int, str] = {}
         #: parameters of modules outside the tracked model (kept in a plain list, a dict): counted
         self.foreign_params: set[int] = set()
+        #: tensors whose memory a numpy array or memoryview shares (``t.numpy()``), by id
+        self.array_bases: set[int] = set()
 
     def _name_unsampled(self, items, holder: str) -> None:
         """Map every tensor in a long container, or in the dicts, tuples and lists it holds (a
@@ -136,6 +140,8 @@ class HolderTally:
         key, nb = tensor_nbytes(t)
         if nb > 2 * t.numel() * t.element_size():  # a small view keeping a large storage alive
             st.views += weight
+        if id(t) in self.array_bases:
+            st.arrays += weight
         st.count += weight
         old = self.step - self.ages.first_seen(t, self.step) >= 2
         if old:

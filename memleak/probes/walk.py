@@ -171,6 +171,8 @@ class Walk(HolderTally):
         what such an array keeps."""
         base = obj.obj if type(obj) is memoryview else obj.base
         if base is not None:
+            if isinstance(base, torch.Tensor):
+                self.array_bases.add(id(base))
             self.push(base, path, holder, kind, weight, note)
         dtype = getattr(obj, "dtype", None)
         if getattr(dtype, "hasobject", False) and getattr(obj, "size", 0):
