@@ -184,8 +184,11 @@ class HolderRow(_Record):
     views: float = 0  # of them, small views that keep a much larger storage alive
     stored: str = ""  # file.py:line in the user's code that stores into it (the append, the assignment)
     arrays: float = 0  # of them, tensors reached through numpy arrays or memoryviews that share their memory
+    np_arrays: float = 0  # of what it holds, numpy arrays with memory of their own (counted as tensors)
 
-    OPTIONAL = frozenset({"seq", "linked", "host_bytes", "capped", "estimated", "note", "views", "stored", "arrays"})
+    OPTIONAL = frozenset(
+        {"seq", "linked", "host_bytes", "capped", "estimated", "note", "views", "stored", "arrays", "np_arrays"}
+    )
     TUPLES = frozenset({"seq"})
 
 

@@ -472,6 +472,26 @@ def test_numpy_arrays_sharing_tensor_memory_are_walked_to_their_tensors():
     del kept, views, mv, objs
 
 
+def test_numpy_arrays_with_memory_of_their_own_are_counted_under_their_holder():
+    # copies (np.append, .copy(), loaded data) are host memory no tensor count sees; a view counts its
+    # base once; an array over a tensor's memory is the tensor's, and an object array only its items
+    own = [np.zeros(1024, dtype=np.float32) for _ in range(3)]
+    grown = np.append(np.zeros(100), np.ones(156))
+    whole = np.zeros(256)
+    halves = [whole[:128], whole[128:]]  # two views of one array: its 2 KiB once
+    del whole
+    shared = [torch.zeros(64).numpy()]
+    walk = _walk([sys._getframe()])
+    st = walk.holders["own"]
+    assert (st.count, st.np_arrays, st.nbytes, st.arrays) == (3, 3, 3 * 4096, 0)
+    assert (walk.holders["grown"].np_arrays, walk.holders["grown"].nbytes) == (1, 2048)
+    assert (walk.holders["halves"].np_arrays, walk.holders["halves"].nbytes) == (1, 2048)
+    assert walk.holders["shared"].np_arrays == 0 and walk.holders["shared"].arrays == 1
+    row = st.row()
+    assert row.np_arrays == 3 and row.count == 3
+    del own, grown, halves, shared
+
+
 def test_a_holder_of_arrays_that_share_memory_is_told_to_keep_copies():
     from memleak.detect import holder_growth
     from memleak.records import HolderRow, HoldersRecord
@@ -487,12 +507,22 @@ def test_a_holder_of_arrays_that_share_memory_is_told_to_keep_copies():
         f = findings["embeddings"]
         assert ("numpy().copy()" in f["fix"]) is copy
         assert any("share their memory" in e for e in f["evidence"]) is share
+    # arrays with memory of their own: said as arrays, and the fix is to keep less, not to copy
+    own = [HoldersRecord(step=s, holders=(HolderRow("preds", "local", count=s, bytes=4096 * s, old=s - 2,
+                                                    np_arrays=s),)) for s in range(2, 22, 2)]
+    findings = {}
+    holder_growth.holder_findings(own, {}, None, findings, set())
+    f = findings["preds"]
+    assert "holds 20 numpy arrays" in f["evidence"][0]
+    assert "host memory" in f["fix"] and "copy()" not in f["fix"]
 
 
 def test_tensors_in_pandas_columns_are_named_by_what_holds_the_frames():
     frames = [pd.DataFrame({"step": [i], "feats": [torch.zeros(256)]}) for i in range(3)]
     series = pd.Series([torch.zeros(16), None])
     walk = _walk([sys._getframe()])
-    assert walk.holders["frames"].count == 3 and walk.holders["frames"].nbytes == 3 * 1024
+    # each frame's tensor, and its int column: an array with memory of its own (8 B)
+    frames_st = walk.holders["frames"]
+    assert (frames_st.count, frames_st.np_arrays, frames_st.nbytes) == (6, 3, 3 * 1024 + 3 * 8)
     assert walk.holders["series"].count == 1
     del frames, series

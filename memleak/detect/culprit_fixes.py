@@ -17,13 +17,21 @@ def culprit_fix(
     has_grad: bool,
     saved_growing: bool,
     same_object: bool | None = None,
-    shares_arrays: bool = False,
+    arrays: str = "",
 ) -> str:
     """The fix for `holder` (of the walk's kind `hkind`) keeping tensors as a `kind` leak;
-    `shares_arrays`: what it keeps are numpy arrays that share their tensors' memory."""
+    `arrays`: what it keeps are numpy arrays that share their tensors' memory ("shared") or that
+    have memory of their own ("own")."""
     if kind == Kind.RETAINED_GRAPH:
         return _retained_graph_fix(holder, chained, same_object)
-    if shares_arrays:
+    if arrays == "own":
+        return (
+            f"`{holder}` keeps numpy arrays that grow in number or size every step, all in host memory "
+            f"(`np.append`, `np.concatenate` onto what was kept copy it into a larger array): keep only what "
+            f"you need (a number, a running metric), write them to disk as they come, bound it with "
+            f"`collections.deque(maxlen=...)`, or clear it at the end of each epoch."
+        )
+    if arrays == "shared":
         return (
             f"`{holder}` gains numpy arrays every step that share the memory of the tensors they came from "
             f"(on a CPU tensor `.cpu()` is the tensor itself and `.numpy()` copies nothing), so each keeps a "

@@ -138,7 +138,7 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             has_grad,
             saved_growing,
             same_object=(h.old[-1] > 0) if chained else None,
-            shares_arrays=h.last.arrays >= 0.5 * h.last.count,
+            arrays=_arrays(h.last),
         ),
         data={
             **f["data"],
@@ -171,6 +171,14 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
         )
 
 
+def _arrays(last: HolderRow) -> str:
+    """`own` when most of what the holder keeps are numpy arrays with their own memory, `shared`
+    when most are tensors reached through arrays that share their memory, else an empty string."""
+    if last.np_arrays >= 0.5 * last.count:
+        return "own"
+    return "shared" if last.arrays >= 0.5 * last.count else ""
+
+
 def _mostly_views(last: HolderRow) -> bool:
     return bool(last.views) and last.views >= 0.5 * max(1.0, last.count)
 
@@ -182,17 +190,18 @@ def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> lis
         where = "the attribute"
     what = f"{where + ' ' if where else ''}{name}"
     steps, count, nbytes = h.steps, h.count, h.nbytes
+    noun = "numpy array" if _arrays(h.last) == "own" else "tensor"
     size = fmt_bytes(nbytes[-1])
     if h.count_trend:
         return [
-            f"{what} holds {_count_words(count[-1])} of {size} at step {steps[-1]}, "
+            f"{what} holds {_count_words(count[-1], noun)} of {size} at step {steps[-1]}, "
             f"up from {int(round(count[0]))} at step {steps[0]} ({_per_step(h.count_trend['slope'])}, "
             f"{fmt_bytes(bps)} per step); {int(round(h.old[-1]))} of them are two or more steps old"
         ]
     if h.bytes_trend:
         return [
             f"{what} grows from {fmt_bytes(nbytes[0])} at step {steps[0]} to {size} "
-            f"at step {steps[-1]} ({fmt_bytes(bps)} per step) while holding {_count_words(count[-1])}"
+            f"at step {steps[-1]} ({fmt_bytes(bps)} per step) while holding {_count_words(count[-1], noun)}"
         ]
     return []
 
@@ -293,9 +302,9 @@ def _spans_steps(rows: list[HolderRow | None]) -> bool:
     return any(b[0] <= a[1] for a, b in pairs) or any(r is not None and r.capped for r in rows)
 
 
-def _count_words(n: float) -> str:
+def _count_words(n: float, noun: str = "tensor") -> str:
     n = int(round(n))
-    return f"{n} tensor" + ("" if n == 1 else "s")
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _per_step(x: float) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -34,6 +35,7 @@ class HolderStats:
     note: str = ""
     views: float = 0.0  # tensors that are small views of a much larger storage
     arrays: float = 0.0  # tensors reached through numpy arrays or memoryviews that share their memory
+    np_arrays: float = 0.0  # numpy arrays with memory of their own (counted as tensors are)
     linked: bool = False  # its graph is built on what it held at the previous sample (graphs.py)
     # storage -> [bytes, weight, old, host]: summed into nbytes, old_bytes, host_bytes at the end
     _storages: dict = field(default_factory=dict, repr=False)
@@ -59,6 +61,7 @@ class HolderStats:
             note=self.note,
             views=round(self.views, 1),
             arrays=round(self.arrays, 1),
+            np_arrays=round(self.np_arrays, 1),
             stored=stored,
         )
 
@@ -161,6 +164,22 @@ class HolderTally:
             if len(st._grad_fns) < 64:
                 st._grad_fns.append(gf)
                 st._out_nrs.append(t.output_nr)
+
+    def _array(self, a: Any, holder: str, kind: str, weight: float, note: str) -> None:
+        """A numpy array with memory of its own: counted, with its bytes and age, as a tensor is
+        (host memory: on another device than a GPU run's)."""
+        st = self._stats(holder, kind)
+        if note and not st.note:
+            st.note = note
+        st.np_arrays += weight
+        st.count += weight
+        old = self.step - self.ages.first_seen(a, self.step) >= 2
+        if old:
+            st.old += weight
+        key = a.__array_interface__["data"][0]
+        if key not in st._storages:
+            host = self.device_type is not None and self.device_type != "cpu"
+            st._storages[key] = [int(a.nbytes), weight, old, host]
 
     def _finish(self) -> None:
         """Sum each holder's storages, measure its graphs (largest first, within a shared node

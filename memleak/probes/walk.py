@@ -56,6 +56,11 @@ def _is_ndarray(t: type) -> bool:
     return np is not None and issubclass(t, np.ndarray)
 
 
+def _is_view_of(base: Any) -> bool:
+    """Whether an array's `base` is where its memory is counted (an array, a memoryview, a tensor)."""
+    return base is not None and (type(base) is memoryview or _is_ndarray(type(base)) or isinstance(base, torch.Tensor))
+
+
 class Walk(HolderTally):
     """One walk from the roots. `holders` by name, `tensor_holder` by tensor id."""
 
@@ -170,11 +175,15 @@ class Walk(HolderTally):
         objects keeps its items. Neither is seen by the garbage collector, so only this walk finds
         what such an array keeps."""
         base = obj.obj if type(obj) is memoryview else obj.base
-        if base is not None:
-            if isinstance(base, torch.Tensor):
-                self.array_bases.add(id(base))
-            self.push(base, path, holder, kind, weight, note)
         dtype = getattr(obj, "dtype", None)
+        if isinstance(base, torch.Tensor):
+            self.array_bases.add(id(base))
+        elif type(obj) is not memoryview and not getattr(dtype, "hasobject", True) and not _is_view_of(base):
+            # an array with memory of its own (a copy, `np.stack`, a loaded image): host memory
+            # no tensor count sees, tallied under its holder as a tensor is
+            self._array(obj, holder or path, kind, weight, note)
+        if base is not None:
+            self.push(base, path, holder, kind, weight, note)
         if getattr(dtype, "hasobject", False) and getattr(obj, "size", 0):
             flat = obj.ravel()
             n = len(flat)
