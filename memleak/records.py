@@ -183,8 +183,12 @@ class HolderRow(_Record):
     note: str = ""  # what the walk noted about it (a generator's frame, a container it skipped)
     views: float = 0  # of them, small views that keep a much larger storage alive
     stored: str = ""  # file.py:line in the user's code that stores into it (the append, the assignment)
+    capacity: int = 0  # the holder is a bounded container: the most items it keeps (a deque's maxlen)
+    length: int = 0  # and the items it held at this walk
 
-    OPTIONAL = frozenset({"seq", "linked", "host_bytes", "capped", "estimated", "note", "views", "stored"})
+    OPTIONAL = frozenset(
+        {"seq", "linked", "host_bytes", "capped", "estimated", "note", "views", "stored", "capacity", "length"}
+    )
     TUPLES = frozenset({"seq"})
 
 

@@ -34,6 +34,8 @@ class HolderStats:
     note: str = ""
     views: float = 0.0  # tensors that are small views of a much larger storage
     linked: bool = False  # its graph is built on what it held at the previous sample (graphs.py)
+    capacity: int = 0  # the holder is a bounded container (a deque's maxlen): the most items it keeps
+    length: int = 0  # the items it holds
     # storage -> [bytes, weight, old, host]: summed into nbytes, old_bytes, host_bytes at the end
     _storages: dict = field(default_factory=dict, repr=False)
     _grad_fns: list = field(default_factory=list, repr=False)
@@ -58,6 +60,8 @@ class HolderStats:
             note=self.note,
             views=round(self.views, 1),
             stored=stored,
+            capacity=self.capacity,
+            length=self.length,
         )
 
 
