@@ -185,9 +185,24 @@ class HolderRow(_Record):
     stored: str = ""  # file.py:line in the user's code that stores into it (the append, the assignment)
     arrays: float = 0  # of them, tensors reached through numpy arrays or memoryviews that share their memory
     np_arrays: float = 0  # of what it holds, numpy arrays with memory of their own (counted as tensors)
+    capacity: int = 0  # the holder is a bounded container: the most items it keeps (a deque's maxlen)
+    length: int = 0  # and the items it held at this walk
 
     OPTIONAL = frozenset(
-        {"seq", "linked", "host_bytes", "capped", "estimated", "note", "views", "stored", "arrays", "np_arrays"}
+        {
+            "seq",
+            "linked",
+            "host_bytes",
+            "capped",
+            "estimated",
+            "note",
+            "views",
+            "stored",
+            "arrays",
+            "np_arrays",
+            "capacity",
+            "length",
+        }
     )
     TUPLES = frozenset({"seq"})
 

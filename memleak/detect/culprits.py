@@ -30,7 +30,7 @@ from ..run import Run
 from ..schema import Finding
 from .culprit_table import Entries, merge_siblings
 from .graphs import linked_counts
-from .holder_growth import buffer_findings, holder_findings
+from .holder_growth import buffer_findings, filling_bounded, holder_findings
 from .module_outputs import module_evidence
 from .registered import registered_findings
 from .saved_graphs import attach_saved, saved_growth
@@ -56,6 +56,7 @@ def detect(run: Run) -> list[Finding]:
     if carried:
         _cap_uncarried_chains(findings, carried)
     module_evidence(run.module_records, findings)
+    _spare_bounded(holders, findings)
     merge_siblings(findings)
     _point_at_stores(holders, findings)
     return [_finding(loc, f) for loc, f in findings.items()]
@@ -86,6 +87,16 @@ def _point_at_stores(holders: Sequence[HoldersRecord], findings: Entries) -> Non
         f["data"]["stored"] = line
         if f.get("fix"):
             f["fix"] = f"At {line}: {f['fix']}"
+
+
+def _spare_bounded(holders: Sequence[HoldersRecord], findings: Entries) -> None:
+    """A holder that grows only as a bounded container fills up (a ``deque(maxlen=...)`` window)
+    stops at its bound: no leak, whatever its count did so far."""
+    for loc, why in filling_bounded(holders).items():
+        f = findings.get(loc)
+        if f is not None and f.get("leak"):
+            f["leak"] = False
+            f["evidence"].append(why)
 
 
 def _cap_uncarried_chains(findings: Entries, carried) -> None:

@@ -17,6 +17,10 @@ from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, keeps_new_highs, sustain
 #: Graph nodes a holder must gain before a growing graph counts.
 MIN_NODE_RISE = 8
 
+#: A bounded container still filling up is no leak only while its bound is near: once full it
+#: keeps at most this many times what it holds now.
+MAX_FILL_AHEAD = 16
+
 #: How the evidence names a holder of each kind the walk gives.
 _WHERE = {
     "module_attr": "the module attribute",
@@ -271,6 +275,38 @@ def buffer_findings(holders: Sequence[HoldersRecord], findings: Entries) -> None
             f"the registered buffer {p} grows from {fmt_bytes(vals[0])} at step {steps[0]} to "
             f"{fmt_bytes(vals[-1])} at step {steps[-1]} ({fmt_bytes(tr['slope'])} per step)"
         )
+
+
+def filling_bounded(holders: Sequence[HoldersRecord]) -> dict[str, str]:
+    """Holders that grow only because they are bounded containers filling up (a
+    ``collections.deque(maxlen=...)`` window of recent losses or grad norms): they cannot pass their
+    bound, which is near, their tensors carry no autograd graph, and each item holds no more
+    tensors nor bytes than at the first sample, so the growth is the items added, not items that
+    grow. Holder -> why, in words."""
+    if len(holders) < MIN_SAMPLES:
+        return {}
+    steps, by = _series(holders)
+    out = {}
+    for name, rows in by.items():
+        seen = [r for r in rows if r is not None]
+        at = next(s for s, r in zip(reversed(steps), reversed(rows), strict=True) if r is not None)
+        if len(seen) < 2 or any(not r.capacity or not r.length for r in seen):
+            continue
+        first, last = seen[0], seen[-1]
+        if any(r.grad or r.nodes for r in seen) or last.capacity > MAX_FILL_AHEAD * last.length:
+            continue
+        # per item: what a long container's ends measure, with room for a rounding of one tensor
+        if last.count / last.length > first.count / first.length + 1 / first.length + 0.05:
+            continue
+        if last.bytes / last.length > 1.25 * first.bytes / first.length + 1024:
+            continue
+        out[name] = (
+            f"{name} is a bounded container (it keeps at most {last.capacity} items, a deque's maxlen) "
+            f"still filling up: {last.length} items at step {at}, about "
+            f"{fmt_bytes(last.bytes / last.length)} each, so at most about "
+            f"{fmt_bytes(last.bytes / last.length * last.capacity)} once full; its tensors carry no autograd graph"
+        )
+    return out
 
 
 # ---------------------------------------------------------------- series of the holders records

@@ -37,6 +37,8 @@ class HolderStats:
     arrays: float = 0.0  # tensors reached through numpy arrays or memoryviews that share their memory
     np_arrays: float = 0.0  # numpy arrays with memory of their own (counted as tensors are)
     linked: bool = False  # its graph is built on what it held at the previous sample (graphs.py)
+    capacity: int = 0  # the holder is a bounded container (a deque's maxlen): the most items it keeps
+    length: int = 0  # the items it holds
     # storage -> [bytes, weight, old, host]: summed into nbytes, old_bytes, host_bytes at the end
     _storages: dict = field(default_factory=dict, repr=False)
     _grad_fns: list = field(default_factory=list, repr=False)
@@ -63,6 +65,8 @@ class HolderStats:
             arrays=round(self.arrays, 1),
             np_arrays=round(self.np_arrays, 1),
             stored=stored,
+            capacity=self.capacity,
+            length=self.length,
         )
 
 

@@ -287,6 +287,13 @@ class Walk(HolderTally):
         n = len(obj)
         if n == 0:
             return
+        if (
+            isinstance(obj, collections.deque)
+            and obj.maxlen is not None
+            and (holder or path) == path + reach.suffix(holder)
+        ):
+            st = self._stats(holder or path, "")  # the holder is the bounded deque itself
+            st.capacity, st.length = obj.maxlen, n
         child = path + "[...]"
         if n <= 2 * SEQ_SAMPLE or isinstance(obj, (set, frozenset)):
             items = list(obj)[: 4 * SEQ_SAMPLE]

@@ -141,6 +141,8 @@ class Boundaries:
         self._handles.append(module_hooks.register_module_forward_hook(post))
 
     def _hook_optimizer(self, opt: Any, ending: bool) -> None:
+        if not isinstance(getattr(opt, "_optimizer_step_pre_hooks", None), dict):
+            return  # it never ran Optimizer.__init__ (a wrapper): no step hooks run; tracker.step() ends steps
         if step_compiled_before(opt):
             return  # a hook would recompile the step: it is seen by `_stepped_unseen`, as traced hooks are
         me = weakref.ref(self)
