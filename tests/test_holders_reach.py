@@ -443,6 +443,25 @@ def test_a_long_list_of_aliases_holds_one_storage_and_distinct_tensors_extrapola
     del aliases, distinct
 
 
+def test_a_list_of_slots_allocated_up_front_counts_the_filled_ones():
+    """``out_saved = [0] * 900`` filled in place from the front: its ends show placeholders and the
+    same first tensors step after step; the count must follow the filled slots, not plateau."""
+    slots = [0] * 900
+    for i in range(60):
+        slots[i] = torch.zeros(256)  # 1 KiB each
+    count, nbytes = _held("slots", [sys._getframe()])
+    assert round(count) == 60 and round(nbytes) == 60 * 1024, (count, nbytes)
+    for i in range(60, 100):
+        slots[i] = torch.zeros(256)
+    count, _ = _held("slots", [sys._getframe()])
+    assert round(count) == 100, count
+    middle = [None] * 500
+    middle[250:253] = [torch.zeros(256) for _ in range(3)]  # filled where no end is sampled
+    count, _ = _held("middle", [sys._getframe()])
+    assert round(count) == 3, count
+    del slots, middle
+
+
 def test_state_dicts_kept_in_a_long_list_hold_the_weights_once():
     model = nn.Linear(64, 64)
     weights = sum(p.numel() * 4 for p in model.parameters())

@@ -164,7 +164,10 @@ def test_garbage_the_live_check_collects_is_not_read_as_a_release():
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     keep = []
-    gc.disable()  # the garbage waits for a collection, as it does between automatic ones
+    thresholds = gc.get_threshold()
+    # the garbage waits for a collection, as it does between automatic ones (the collector stays
+    # on: with it off, the live check runs no collection at all)
+    gc.set_threshold(10**9)
     try:
         for _ in range(48):  # 6 MiB in reference cycles, left by earlier code
             cycle = [bytearray(128 * 1024)]
@@ -176,7 +179,46 @@ def test_garbage_the_live_check_collects_is_not_read_as_a_release():
                 opt.step()
                 keep.append(torch.zeros(64 * 1024))  # 256 KiB a step
     finally:
-        gc.enable()
+        gc.set_threshold(*thresholds)
     events = [e.get("event") for e in tracker.run().events]
     report = tracker.report()
     assert report.verdict == "leak", (events, str(report))
+
+
+def test_with_the_collector_off_the_live_check_neither_collects_nor_calls_cycles_garbage():
+    """A program that runs with ``gc.disable()`` never frees its cyclic garbage: tensors kept by
+    a reference cycle made every step are leaked. The live check must not run a collection
+    behind its back (that would hide the leak) nor read what one would free as no leak."""
+    import gc
+
+    import torch
+
+    import memleak
+
+    class Node:
+        def __init__(self, t):
+            self.t = t
+            self.me = self  # a reference cycle
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        full = gc.get_stats()[2]["collections"]
+        with memleak.track(model, optimizer=opt, level="counters") as tracker:
+            for _ in range(40):
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+                Node(torch.zeros(64 * 1024))  # 256 KiB a step, kept by the cycle only
+                tracker.step()
+        collections = gc.get_stats()[2]["collections"] - full
+    finally:
+        if was:
+            gc.enable()
+        gc.collect()
+    events = [e.get("event") for e in tracker.run().events]
+    assert collections == 0, events
+    assert "gc_returned" not in events
+    assert tracker.report().verdict == "leak"

@@ -33,6 +33,7 @@ from .walk_scope import (
     SEQUENCES,
     SKIP_PACKAGES,
     child_holder,
+    filled_slots,
     top_package,
 )
 
@@ -295,7 +296,18 @@ class Walk(HolderTally):
             st = self._stats(holder or path, "")  # the holder is the bounded deque itself
             st.capacity, st.length = obj.maxlen, n
         child = path + "[...]"
-        if n <= 2 * SEQ_SAMPLE or isinstance(obj, (set, frozenset)):
+        filled = filled_slots(obj) if n > 2 * SEQ_SAMPLE else None
+        if filled is not None:
+            if not filled:  # placeholders only: nothing that could hold a tensor
+                return
+            # slots allocated up front (``[0] * n``, ``[None] * n``) and filled in place: sample
+            # the filled ones, or the placeholders at the ends would hide the growth in the middle
+            items = filled if len(filled) <= 2 * SEQ_SAMPLE else filled[:SEQ_SAMPLE] + filled[-SEQ_SAMPLE:]
+            w = weight * len(filled) / len(items)
+            if len(items) < len(filled):
+                self._estimated(holder or path)
+            self._name_unsampled(filled, holder or path)
+        elif n <= 2 * SEQ_SAMPLE or isinstance(obj, (set, frozenset)):
             items = list(obj)[: 4 * SEQ_SAMPLE]
             w = weight * n / len(items)
         else:

@@ -105,3 +105,15 @@ def child_holder(holder: str | None, path: str, key: str | None, full: str | Non
     assert child is not None  # callers pass a key or a path
     # a holder stays the nearest *named* owner: extend it only along names, never past an index
     return child + reach.suffix(holder) if "[...]" not in child else holder
+
+
+def filled_slots(seq) -> list | None:
+    """The items of a long list, tuple or deque that are not placeholders (None, a number, a
+    string), when an end of it is one: slots allocated up front and filled in place, whose filled
+    part the ends do not show. None for an ordinary sequence (or one too long to scan)."""
+    if isinstance(seq, (set, frozenset)) or len(seq) > NAME_ALL_UP_TO:
+        return None
+    if not (isinstance(seq[0], SCALARS) or isinstance(seq[-1], SCALARS)):
+        return None
+    filled = [x for x in seq if not isinstance(x, SCALARS)]
+    return filled if len(filled) < len(seq) else None

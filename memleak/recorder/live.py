@@ -213,6 +213,12 @@ class LiveCheck:
         from ..detect.lifetimes import gc_returned
 
         assert growth.column is not None  # a confirmed growth names its column
+        import gc
+
+        if not gc.isenabled():
+            # the program turned the cyclic collector off (``gc.disable()``): nothing will ever
+            # free its cyclic garbage, so what a collection would give back is leaked all the same
+            return False
         before = read_now(growth.column)
         if before is None:
             return False
@@ -245,9 +251,13 @@ def _import_detector(read_now: ReadNow) -> float:
 
 
 def _collect(read_now: ReadNow) -> float:
-    """Run a full garbage collection; the heap bytes it freed (0 where the heap is not read)."""
+    """Run a full garbage collection; the heap bytes it freed (0 where the heap is not read).
+    None runs while the program keeps the collector off: memleak must not free, behind its back,
+    the cyclic garbage that program keeps (the leak it would then not see)."""
     import gc
 
+    if not gc.isenabled():
+        return 0.0
     before = read_now("heap_bytes")
     gc.collect()
     after = read_now("heap_bytes")
