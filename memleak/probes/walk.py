@@ -8,10 +8,8 @@ Split from `holders`, which picks the roots (`holders.walk_roots`) and runs the 
 from __future__ import annotations
 
 import collections
-import functools
 import gc
 import itertools
-import sys
 import types
 import weakref
 from typing import Any
@@ -34,32 +32,14 @@ from .walk_scope import (
     SKIP_PACKAGES,
     child_holder,
     filled_slots,
+    is_ndarray,
+    is_view_of,
+    pandas_managers,
     top_package,
 )
 
 # Objects whose insides are never walked: code, frames, classes, modules, weak references.
 _OPAQUE = (types.ModuleType, type, types.FrameType, types.CodeType, types.GeneratorType, weakref.ref)
-
-
-@functools.cache
-def _pandas_managers() -> tuple[type, ...]:
-    """Looked up once a pandas object is met (pandas is then loaded), never imported otherwise."""
-    try:  # the column store of a DataFrame and a Series (pandas >= 1.x)
-        from pandas.core.internals import BlockManager, SingleBlockManager
-    except Exception:
-        return ()
-    return (BlockManager, SingleBlockManager)
-
-
-def _is_ndarray(t: type) -> bool:
-    """A numpy array type (never imports numpy: an array exists only once numpy is loaded)."""
-    np = sys.modules.get("numpy")
-    return np is not None and issubclass(t, np.ndarray)
-
-
-def _is_view_of(base: Any) -> bool:
-    """Whether an array's `base` is where its memory is counted (an array, a memoryview, a tensor)."""
-    return base is not None and (type(base) is memoryview or _is_ndarray(type(base)) or isinstance(base, torch.Tensor))
 
 
 class Walk(HolderTally):
@@ -150,9 +130,9 @@ class Walk(HolderTally):
             self._partial(obj, path, holder, kind, weight, note)
         elif isinstance(obj, torch.optim.Optimizer):
             self._optimizer(obj, path, holder, weight, note)
-        elif t is memoryview or _is_ndarray(t):
+        elif t is memoryview or is_ndarray(t):
             self._view(obj, path, holder, kind, weight, note)
-        elif top_package(t) == "pandas" and isinstance(getattr(obj, "_mgr", None), _pandas_managers()):
+        elif top_package(t) == "pandas" and isinstance(getattr(obj, "_mgr", None), pandas_managers()):
             # a DataFrame or Series: its columns are arrays (an object column keeps its items)
             for arr in obj._mgr.arrays:
                 self.push(arr, path + "[...]", holder or path, kind, weight, note)
@@ -179,7 +159,7 @@ class Walk(HolderTally):
         dtype = getattr(obj, "dtype", None)
         if isinstance(base, torch.Tensor):
             self.array_bases.add(id(base))
-        elif type(obj) is not memoryview and not getattr(dtype, "hasobject", True) and not _is_view_of(base):
+        elif type(obj) is not memoryview and not getattr(dtype, "hasobject", True) and not is_view_of(base):
             # an array with memory of its own (a copy, `np.stack`, a loaded image): host memory
             # no tensor count sees, tallied under its holder as a tensor is
             self._array(obj, holder or path, kind, weight, note)

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import collections
 import functools
+import sys
+from typing import Any
+
+import torch
 
 from . import reach
 
@@ -117,3 +121,24 @@ def filled_slots(seq) -> list | None:
         return None
     filled = [x for x in seq if not isinstance(x, SCALARS)]
     return filled if len(filled) < len(seq) else None
+
+
+@functools.cache
+def pandas_managers() -> tuple[type, ...]:
+    """Looked up once a pandas object is met (pandas is then loaded), never imported otherwise."""
+    try:  # the column store of a DataFrame and a Series (pandas >= 1.x)
+        from pandas.core.internals import BlockManager, SingleBlockManager
+    except Exception:
+        return ()
+    return (BlockManager, SingleBlockManager)
+
+
+def is_ndarray(t: type) -> bool:
+    """A numpy array type (never imports numpy: an array exists only once numpy is loaded)."""
+    np = sys.modules.get("numpy")
+    return np is not None and issubclass(t, np.ndarray)
+
+
+def is_view_of(base: Any) -> bool:
+    """Whether an array's `base` is where its memory is counted (an array, a memoryview, a tensor)."""
+    return base is not None and (type(base) is memoryview or is_ndarray(type(base)) or isinstance(base, torch.Tensor))
