@@ -137,3 +137,19 @@ def test_one_fresh_tensor_whose_size_rose_is_a_leak_only_when_it_rose_every_time
     assert not rank([four], measured_bps=2000)[0].leak
     more = Finding(**{**held.__dict__, "data": {"bytes_only": False}})
     assert rank([more], measured_bps=100)[0].leak  # more tensors held, or old ones: no confirmation needed
+
+
+def test_a_retained_graph_headline_says_what_its_graphs_grow_memory_by_beyond_its_tensors():
+    from dataclasses import replace
+
+    from memleak.report.text import headline
+
+    report = memleak.analyze(synthetic_run(27 * 1024, base=1e8, noise=1024))
+    graph = Suspect(Kind.RETAINED_GRAPH, "history", 4.0, 116.0, 0.95, ("e",), "f", detectors=("culprits",))
+    line = headline(replace(report, suspects=[graph]))
+    assert line.startswith("LEAK: retained_graph at history, +4 B per step in its tensors, while memory grows +27")
+    # tensors that are most of the growth, another kind, or no clear trend: the suspect's own rate alone
+    for s, rep in ((replace(graph, bytes_per_step=20 * 1024), report),
+                   (replace(graph, kind=Kind.SURVIVING_TENSORS), report),
+                   (graph, replace(report, growth=replace(report.growth, p_value=0.2)))):
+        assert "while memory grows" not in headline(replace(rep, suspects=[s]))

@@ -6,7 +6,7 @@ import textwrap
 
 import pandas as pd
 
-from ..schema import Shape, Verdict
+from ..schema import Kind, Shape, Verdict
 from ..snapshot import site_of
 from ..units import fmt_bytes, fmt_duration, where_ranks
 
@@ -43,6 +43,9 @@ def headline(report) -> str:
         what = f"{top.kind.value} at {top.location}"
         if top.bytes_per_step:
             what += f", {fmt_bytes(top.bytes_per_step, signed=True)} per step"
+        if _graphs_weigh_more(top, g):
+            # its tensors are the small part: the graphs they keep are what memory grows by
+            what += f" in its tensors, while memory grows {fmt_bytes(g.slope, signed=True)} per step with their graphs"
         line = f"LEAK: {what}"
         if g is not None and g.steps_to_full:
             line += (
@@ -181,6 +184,17 @@ def render(report) -> str:
     for p in report.problems:
         lines += _wrap("note: " + p, "")
     return "\n".join(lines)
+
+
+def _graphs_weigh_more(top, growth) -> bool:
+    """A retained graph whose tensors add under half of what the memory series clearly grows per step."""
+    return (
+        top.kind == Kind.RETAINED_GRAPH
+        and growth is not None
+        and growth.slope > 0
+        and growth.p_value < 0.01
+        and top.bytes_per_step < 0.5 * growth.slope
+    )
 
 
 def _ranks_headline(report) -> str:
