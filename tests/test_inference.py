@@ -62,6 +62,26 @@ def test_a_training_loop_has_no_such_finding():
     assert _no_grad_findings(tracker.report()) == []
 
 
+def test_a_step_that_ends_at_the_optimizer_inside_a_no_grad_wrapper_is_a_training_step():
+    # a wrapper whose step runs under @torch.no_grad() (timm's Lookahead) calls the base optimizer's
+    # step inside it: the step ends at the base's hook with gradients off, yet it trained
+    model = nn.Linear(16, 16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @torch.no_grad()
+    def wrapped_step():
+        opt.step()
+
+    with memleak.track(model, optimizer=opt, level="counters") as tracker:
+        for _ in range(6):
+            model(torch.randn(2, 16)).sum().backward()
+            wrapped_step()
+            opt.zero_grad()
+    run = tracker.run()
+    assert (run.steps["grad_enabled"] == 0).sum() >= 5  # read off at each step's end...
+    assert _no_grad_findings(tracker.report()) == []  # ...but each step stepped the optimizer
+
+
 class Attention(nn.Module):
     """One self-attention layer: its scores are batch x length x length, so the bytes per
     sample grow faster than the sequence length."""

@@ -23,12 +23,22 @@ FIX = (
 )
 
 
+def _stepped(run: Run) -> np.ndarray:
+    """Steps in which the optimizer stepped: training steps, whatever the grad mode at their end (a
+    step that ends at the optimizer's hook, inside a wrapper's ``@torch.no_grad()`` step, reads off)."""
+    if "optimizer_steps" not in run.steps:
+        return np.zeros(len(run.steps), dtype=bool)
+    n = np.asarray(run.steps["optimizer_steps"], dtype=float)
+    before = np.concatenate(([0.0], n[:-1]))
+    return np.isfinite(n) & (n > np.where(np.isfinite(before), before, n))
+
+
 def detect(run: Run) -> list[Finding]:
     if "grad_enabled" not in run.steps:
         return []
     g = np.asarray(run.steps["grad_enabled"], dtype=float)
     known = np.isfinite(g)
-    off = known & (g == 0)
+    off = known & (g == 0) & ~_stepped(run)
     n, k = int(known.sum()), int(off.sum())
     if n == 0 or k == 0:
         return []
