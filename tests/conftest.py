@@ -39,9 +39,23 @@ def pytester(request):
     """pytester, with torch's dynamo imported before it takes its snapshot of sys.modules: an
     in-process session takes out what it imported, and imported there first (optimizer.step()
     imports it), dynamo would be imported again later in the worker and its operator library
-    registered twice, failing every later test there that touches dynamo."""
+    registered twice, failing every later test there that touches dynamo. memleak's own modules
+    likewise: imported first in there, they would be taken out and imported again later, and a
+    module kept from before would then hold the first copy's classes (an `except Unavailable`
+    that no longer matches the probe's `Unavailable` fails every later tracker in that worker)."""
+    import importlib
+    import pkgutil
+
     import torch._dynamo  # noqa: F401
 
+    import memleak
+
+    for mod in pkgutil.walk_packages(memleak.__path__, "memleak."):
+        # not the integrations with optional frameworks (Lightning, transformers: heavy imports)
+        if mod.name != "memleak.__main__" and (
+            not mod.name.startswith("memleak.integrations.") or mod.name == "memleak.integrations.pytest_plugin"
+        ):
+            importlib.import_module(mod.name)
     return request.getfixturevalue("pytester")
 
 
