@@ -25,6 +25,13 @@ def make_model(seed: int = 0, width: int = 64) -> nn.Module:
     return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
 
 
+def model_and_optimizer(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """A small MLP (64 -> 128 -> 8) and its SGD optimizer."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))
+    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
 def train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int, *, keep: list | None = None,
           leak_bytes: int = 0, tracker=None, width: int = 64) -> list[float]:
     """Run `steps` SGD steps; with `keep` and `leak_bytes`, append a fresh tensor of that size each step."""

@@ -3,15 +3,10 @@ same window without a bound, one whose bound is far away, or one that keeps auto
 import collections
 
 import torch
-from torch import nn
 
 import memleak
 
-
-def _model_and_optimizer():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))
-    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+from tests.helpers import model_and_optimizer
 
 
 def _step(model, opt):
@@ -30,7 +25,7 @@ class Guard:
 
 
 def _windowed(maxlen, steps=30, keep_graph=False):
-    model, opt = _model_and_optimizer()
+    model, opt = model_and_optimizer()
     guard = Guard(maxlen)
     with memleak.track(model, optimizer=opt, level="full") as tracker:
         for _ in range(steps):

@@ -5,15 +5,10 @@ from collections import defaultdict
 
 import pytest
 import torch
-from torch import nn
 
 import memleak
 
-
-def _model_and_optimizer():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))
-    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+from tests.helpers import model_and_optimizer
 
 
 def _step(model, opt):
@@ -55,7 +50,7 @@ class Wrapper(torch.optim.Optimizer):
 def test_a_wrapper_optimizer_is_tracked_through_the_one_it_wraps():
     from memleak.recorder.options import wrapped_optimizer
 
-    model, base = _model_and_optimizer()
+    model, base = model_and_optimizer()
     opt = Wrapper(base)
     assert wrapped_optimizer(opt) is base
     assert wrapped_optimizer(base) is base
@@ -70,7 +65,7 @@ def test_a_wrapper_optimizer_is_tracked_through_the_one_it_wraps():
 def test_a_wrapper_of_nothing_hookable_is_left_unhooked(with_step_call):
     from memleak.recorder.options import wrapped_optimizer
 
-    model, _ = _model_and_optimizer()
+    model, _ = model_and_optimizer()
     lone = Wrapper.__new__(Wrapper)  # no base optimizer at all: nothing to hook
     lone.param_groups = [{"params": list(model.parameters())}]
     lone.state = defaultdict(dict)
