@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import memleak
+from memleak.probes.budget import YOUNG_DENSE, YOUNG_GAP
 from memleak.probes.modules import MIN_GAP
 
 
@@ -35,7 +36,8 @@ def _train(model, level="modules", steps=30, hook=None):
 def test_modules_records_are_compact_and_complete():
     run = _train(Wide())
     recs = run.records["modules"]
-    assert 1 <= len(recs) <= 30 // MIN_GAP + 1
+    young = len(range(1, YOUNG_DENSE, YOUNG_GAP))  # a young run is sampled every other step
+    assert 1 <= len(recs) <= young + (30 - YOUNG_DENSE) // MIN_GAP + 1
     last = recs[-1]
     cats = last["categories"]
     for key in ("parameter", "gradient", "optimizer_state", "activation", "buffer"):

@@ -37,6 +37,8 @@ LIVE_KEEP = 0.5
 GC_SHARE = 0.5
 #: Fewest complete epochs (fill, then release) before a holder's sawtooth is judged.
 MIN_TEETH = 2
+#: ...or one, and the next epoch's filling seen on this many samples (its emptied one included).
+REFILL_SAMPLES = 3
 
 
 # ---------------------------------------------------------------- the live check
@@ -111,12 +113,22 @@ def _teeth(count: np.ndarray) -> list[tuple[int, int]]:
     return teeth
 
 
+def _refilling(count: np.ndarray, nodes: np.ndarray, grad: np.ndarray, j: int) -> bool:
+    """Whether the holder, emptied at sample `j`, fills again with graph-carrying tensors on every
+    sample since (``REFILL_SAMPLES`` or more): the next epoch under way, as the first one did. A short
+    run sees one complete epoch; with the next one filling the same way, that one is enough."""
+    c, n = count[j:], nodes[j:]
+    if len(c) < REFILL_SAMPLES or grad[-1] <= 0:
+        return False
+    return bool(np.all(np.diff(c) > 0) and np.all(np.diff(n) > 0))
+
+
 def _graph_teeth(run: Run, name: str, steps: list[int], rows: list[HolderRow | None]) -> Finding | None:
     count = np.array([float(r.count) if r is not None else 0.0 for r in rows])
     nodes = np.array([float(r.nodes or 0) if r is not None else 0.0 for r in rows])
     grad = np.array([float(r.grad or 0) if r is not None else 0.0 for r in rows])
     teeth = _teeth(count)
-    if len(teeth) < MIN_TEETH:
+    if not teeth or (len(teeth) < MIN_TEETH and not _refilling(count, nodes, grad, teeth[-1][1] + 1)):
         return None
     if not all(grad[b] > 0 and nodes[b] > nodes[a] for a, b in teeth):
         return None  # detached outputs kept for an epoch: bounded by the epoch, not a leak
@@ -130,7 +142,7 @@ def _graph_teeth(run: Run, name: str, steps: list[int], rows: list[HolderRow | N
     where = "the attribute" if "." in name else "the variable"
     evidence = (
         f"{where} {name} fills during each epoch of about {period:.0f} steps and is emptied at its end "
-        f"({len(teeth)} epochs seen, up to {max(held)} tensors each), but the tensors it keeps carry their "
+        f"({_epochs(len(teeth))} seen, up to {max(held)} tensors each), but the tensors it keeps carry their "
         f"autograd graphs (up to {int(max(nodes[b] for _, b in teeth))} graph nodes per epoch)",
         f"memory held rises by {fmt_bytes(per_step)} per step within each epoch: the peak is about "
         f"{fmt_bytes(peak)} at {period:.0f} steps per epoch and grows with the epoch's length "
@@ -153,6 +165,10 @@ def _graph_teeth(run: Run, name: str, steps: list[int], rows: list[HolderRow | N
         leak=True,
         data={"period_steps": period, "epochs": len(teeth), "peak_bytes": peak},
     )
+
+
+def _epochs(n: int) -> str:
+    return "1 epoch and the next one filling" if n == 1 else f"{n} epochs"
 
 
 def _tooth_slope(run: Run, steps: list[int], teeth: list[tuple[int, int]]) -> float:

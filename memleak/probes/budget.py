@@ -31,3 +31,22 @@ class TimeBudget:
             return read()
         finally:
             self.spent += time.perf_counter() - t
+
+
+#: A young run is sampled densely: in its first YOUNG_DENSE steps, a probe's detail steps come
+#: every YOUNG_GAP steps whatever its budget, so that a short run (a test, a script, a job that
+#: fails early) has the few samples a trend needs (``detect/sampled_trend.py`` judges on three or
+#: more; a budget of a few percent on a fast step would give a 15-step run two or three). It is a
+#: start-up cost, paid once: at most YOUNG_DENSE / YOUNG_GAP detail steps, ...
+YOUNG_DENSE = 16
+YOUNG_GAP = 2
+#: ... each of which costs at most this many seconds (a slower one keeps its budget's pace).
+YOUNG_MAX_COST = 0.5
+
+
+def young_gap(step: int, cost: float) -> int | None:
+    """The gap to the next detail step after one at `step` that cost `cost` seconds while the run is
+    young; None once it is not (the probe's budget sets the pace)."""
+    if step + YOUNG_GAP < YOUNG_DENSE and cost <= YOUNG_MAX_COST:
+        return YOUNG_GAP
+    return None

@@ -43,6 +43,7 @@ from ..records import Event, ModuleOutputs, ModuleRow, ModulesRecord
 from ..schema import RecordType
 from . import Probe, ProbeContext, Unavailable
 from .allocator import nested_value
+from .budget import young_gap
 from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, local_tensor, tensor_nbytes, user_path
 from .registry import Registry
@@ -250,7 +251,7 @@ class ModuleProbe(Probe):
         # what this detail step cost: its hooks inside the step (the slower step) and its record
         cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0
         gap = max(MIN_GAP, math.ceil(cost / max(plain * self.budget, 1e-9)))
-        self.next_detail = step + (WINDOW_GAP if self.window else min(gap, MAX_GAP))
+        self.next_detail = step + (WINDOW_GAP if self.window else young_gap(step, cost) or min(gap, MAX_GAP))
         return {}
 
     def _remove_hooks(self) -> None:

@@ -41,6 +41,7 @@ import torch
 from ..records import BirthsRecord, Event, SavedRecord
 from ..schema import RecordType
 from . import Probe, ProbeContext
+from .budget import young_gap
 from .frames import user_frames, user_site
 from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
@@ -206,7 +207,7 @@ class TensorProbe(Probe):
             cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0 - self.lookup_seconds
             self.last_cost = cost
             gap = max(2, math.ceil(cost / max(plain * self.budget, 1e-9)))
-            self.next_deep = step + (WINDOW_GAP if self.window else min(gap, MAX_GAP))
+            self.next_deep = step + (WINDOW_GAP if self.window else young_gap(step, cost) or min(gap, MAX_GAP))
         return {"deep_seconds": round(time.perf_counter() - t0, 6)}
 
     def _deep_sample(self, step: int, final: bool = False) -> None:
