@@ -12,6 +12,7 @@ from ..schema import Kind
 from ..units import fmt_bytes
 from .culprit_fixes import NODES_LOWER_BOUND, culprit_fix
 from .culprit_table import Entries, entry
+from .keyed_holders import fold_keyed
 from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, keeps_new_highs, sustained_rise
 
 #: Graph nodes a holder must gain before a growing graph counts.
@@ -61,13 +62,17 @@ def holder_findings(holders: Sequence[HoldersRecord], hkinds, saved_info, findin
     if len(holders) < MIN_SAMPLES:
         return
     steps, by = _series(holders)
+    fold_keyed(steps, by)
+    # whether the rows carry the tensors' ages: a walk counts the objects it visits, and records
+    # made without one (hand-written, in tests) may leave `old` at zero
+    aged = any(r.nodes_walked for r in holders) or any(row.old for r in holders for row in r.holders)
     for name, rows in by.items():
-        h = _holder_series(steps, rows)
+        h = _holder_series(steps, rows, aged)
         if h.count_trend or h.bytes_trend or h.node_trend:
-            _holder_entry(findings, name, h, hkinds.get(name, ""), saved_info is not None, carried)
+            _holder_entry(findings, name, h, hkinds.get(name) or h.last.kind, saved_info is not None, carried)
 
 
-def _holder_series(steps: list[int], rows: list[HolderRow | None]) -> _HolderSeries:
+def _holder_series(steps: list[int], rows: list[HolderRow | None], aged: bool = True) -> _HolderSeries:
     count, nbytes = _col(rows, "count"), _col(rows, "bytes")
     grad, nodes = _col(rows, "grad"), _col(rows, "nodes")
     # a capped graph count keeps growing past the cap
@@ -79,7 +84,10 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None]) -> _HolderSer
     count_trend = sustained_rise(steps, count, MIN_COUNT_RISE)
     if count_trend and n_tr is None and _aliases_only(nbytes, grad):
         count_trend = None  # more tensors but not one more byte: aliases of storage already held
-    bytes_trend = sustained_rise(steps, nbytes, 1024, rel_rise=0.5) if max(nbytes) > 0 else None
+    start = _refilled_at(steps, count, _col(rows, "old")) if count_trend and aged else 0
+    if start:  # emptied or replaced since the first sample: only the growth since counts (bytes too)
+        count_trend = sustained_rise(steps[start:], count[start:], MIN_COUNT_RISE)
+    bytes_trend = sustained_rise(steps[start:], nbytes[start:], 1024, rel_rise=0.5) if max(nbytes) > 0 else None
     if bytes_trend and not count_trend and not keeps_new_highs(steps, nbytes):
         bytes_trend = None  # as many tensors as before, of sizes that merely vary (random lengths)
     return _HolderSeries(
@@ -97,6 +105,20 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None]) -> _HolderSer
         node_steps=nsteps,
         node_values=nvals,
     )
+
+
+def _refilled_at(steps: list[int], count: list[float], old: list[float]) -> int:
+    """The last sample at which the holder no longer held most of the tensors it held at the latest
+    sample two or more steps before (they would count as old there); 0 when it never let go. A
+    holder that accumulates keeps what it held; one emptied or replaced in between (the tokens of
+    the request in progress, a new list per request, an epoch's outputs cleared at its end) holds
+    new tensors only, however many more than before."""
+    last = 0
+    for k in range(1, len(steps)):
+        before = next((count[j] for j in range(k - 1, -1, -1) if steps[k] - steps[j] >= 2), 0.0)
+        if before >= 1 and old[k] < 0.5 * before:
+            last = k
+    return last
 
 
 def _aliases_only(nbytes: list[float], grad: list[float]) -> bool:
