@@ -207,6 +207,11 @@ def test_holders_over_time_is_a_figure_of_bytes_tensors_and_nodes():
     line = fig.axes[2].get_lines()[0]
     assert line.get_label() == "history" and list(line.get_ydata()) == [3 * s for s in range(0, 60, 6)]
     assert plot_holders(leaking_run()) is None  # no reference walks, no figure
+    # a holder of numpy arrays: the count axis says so
+    run = _run_with_categories_and_holders()
+    for rec in run.records["holders"]:
+        rec["holders"][0]["np_arrays"] = rec["holders"][0]["count"]
+    assert plot_holders(Run(run.meta, run.steps, records=run.records)).axes[1].get_ylabel() == "tensors and numpy arrays"
 
 
 def test_node_counts_that_stopped_at_their_cap_are_drawn_hollow_and_labelled_lower_bounds():

@@ -92,7 +92,7 @@ def plot_holders(run, suspects=None):
             ax.plot(t["step"], t[col] / div, marker=".", linewidth=1.3, color=color, label=_short(name))
         capped = t[t["capped"] > 0]
         axes[2].plot(capped["step"], capped["nodes"], "o", markerfacecolor="white", color=color, linestyle="none")
-    for ax, label in zip(axes, (f"held ({unit})", "tensors", S.nodes_label(tables)), strict=True):
+    for ax, label in zip(axes, (f"held ({unit})", S.count_label(run, names), S.nodes_label(tables)), strict=True):
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)

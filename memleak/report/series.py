@@ -142,6 +142,12 @@ def holder_series(run, names: list[str]) -> dict[str, pd.DataFrame]:
     return out
 
 
+def count_label(run, names: list[str]) -> str:
+    """The count axis' label: tensors, or tensors and numpy arrays where a named holder keeps arrays."""
+    arrays = any(h.np_arrays for rec in getattr(run, "holders", []) for h in rec.holders if h.holder in names)
+    return "tensors and numpy arrays" if arrays else "tensors"
+
+
 NODES_CAPPED = "autograd nodes\n(hollow: a lower bound)"
 
 
