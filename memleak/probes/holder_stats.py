@@ -139,29 +139,14 @@ class HolderTally:
     def _tensor(self, t: torch.Tensor, holder: str, kind: str, weight: float, note: str) -> None:
         if id(t) in self.exclude or (isinstance(t, torch.nn.Parameter) and id(t) not in self.foreign_params):
             return
-        st = self._stats(holder, kind)
-        if note and not st.note:
-            st.note = note
+        key, nb = tensor_nbytes(t)
+        st = self._held(t, key, nb, holder, kind, weight, note)
         self.tensor_holder[id(t)] = holder
         self._name_base(t, holder)
-        key, nb = tensor_nbytes(t)
         if nb > 2 * t.numel() * t.element_size():  # a small view keeping a large storage alive
             st.views += weight
         if id(t) in self.array_bases:
             st.arrays += weight
-        st.count += weight
-        old = self.step - self.ages.first_seen(t, self.step) >= 2
-        if old:
-            st.old += weight
-        seen = st._storages.get(key)
-        if seen is None:
-            host = self.device_type is not None and t.device.type != self.device_type
-            st._storages[key] = [nb, weight, old, host]
-        else:
-            # a storage that two sampled tensors share is one storage, not one per element of a
-            # long container (a list of aliases, of state_dict()s): its bytes count once
-            seen[1] = 1.0
-            seen[2] = seen[2] or old
         gf = t.grad_fn
         if gf is not None:
             st.n_grad += weight
@@ -172,18 +157,30 @@ class HolderTally:
     def _array(self, a: Any, holder: str, kind: str, weight: float, note: str) -> None:
         """A numpy array with memory of its own: counted, with its bytes and age, as a tensor is
         (host memory: on another device than a GPU run's)."""
+        st = self._held(a, a.__array_interface__["data"][0], int(a.nbytes), holder, kind, weight, note)
+        st.np_arrays += weight
+
+    def _held(self, obj: Any, key: int, nb: int, holder: str, kind: str, weight: float, note: str) -> HolderStats:
+        """Count `obj` (a tensor, or an array with memory of its own) under `holder`: one more item,
+        its age, and its storage `key` of `nb` bytes."""
         st = self._stats(holder, kind)
         if note and not st.note:
             st.note = note
-        st.np_arrays += weight
         st.count += weight
-        old = self.step - self.ages.first_seen(a, self.step) >= 2
+        old = self.step - self.ages.first_seen(obj, self.step) >= 2
         if old:
             st.old += weight
-        key = a.__array_interface__["data"][0]
-        if key not in st._storages:
-            host = self.device_type is not None and self.device_type != "cpu"
-            st._storages[key] = [int(a.nbytes), weight, old, host]
+        seen = st._storages.get(key)
+        if seen is None:
+            device = obj.device.type if isinstance(obj, torch.Tensor) else "cpu"
+            host = self.device_type is not None and device != self.device_type
+            st._storages[key] = [nb, weight, old, host]
+        else:
+            # a storage that two sampled tensors share is one storage, not one per element of a
+            # long container (a list of aliases, of state_dict()s): its bytes count once
+            seen[1] = 1.0
+            seen[2] = seen[2] or old
+        return st
 
     def _finish(self) -> None:
         """Sum each holder's storages, measure its graphs (largest first, within a shared node

@@ -156,16 +156,16 @@ class Walk(HolderTally):
         objects keeps its items. Neither is seen by the garbage collector, so only this walk finds
         what such an array keeps."""
         base = obj.obj if type(obj) is memoryview else obj.base
-        dtype = getattr(obj, "dtype", None)
+        objects = getattr(getattr(obj, "dtype", None), "hasobject", False)  # an array of Python objects
         if isinstance(base, torch.Tensor):
             self.array_bases.add(id(base))
-        elif type(obj) is not memoryview and not getattr(dtype, "hasobject", True) and not is_view_of(base):
+        elif type(obj) is not memoryview and not objects and not is_view_of(base):
             # an array with memory of its own (a copy, `np.stack`, a loaded image): host memory
             # no tensor count sees, tallied under its holder as a tensor is
             self._array(obj, holder or path, kind, weight, note)
         if base is not None:
             self.push(base, path, holder, kind, weight, note)
-        if getattr(dtype, "hasobject", False) and getattr(obj, "size", 0):
+        if objects and getattr(obj, "size", 0):
             flat = obj.ravel()
             n = len(flat)
             items = list(flat) if n <= 2 * SEQ_SAMPLE else [*flat[:SEQ_SAMPLE], *flat[-SEQ_SAMPLE:]]

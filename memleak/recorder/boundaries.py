@@ -55,6 +55,7 @@ from ..probes.frames import makes_no_user_tensors
 from ..probes.identity import is_compiled
 from ..probes.scaler import find_scaler
 from ..schema import Boundary
+from .options import has_step_hooks
 from .outside_compile import add_step_hook, only_memleaks_step_hooks, outside_dynamo, step_compiled_before
 from .scaler_skips import ScalerSkips
 
@@ -141,7 +142,7 @@ class Boundaries:
         self._handles.append(module_hooks.register_module_forward_hook(post))
 
     def _hook_optimizer(self, opt: Any, ending: bool) -> None:
-        if not isinstance(getattr(opt, "_optimizer_step_pre_hooks", None), dict):
+        if not has_step_hooks(opt):
             return  # it never ran Optimizer.__init__ (a wrapper): no step hooks run; tracker.step() ends steps
         if step_compiled_before(opt):
             return  # a hook would recompile the step: it is seen by `_stepped_unseen`, as traced hooks are

@@ -213,12 +213,6 @@ class LiveCheck:
         from ..detect.lifetimes import gc_returned
 
         assert growth.column is not None  # a confirmed growth names its column
-        import gc
-
-        if not gc.isenabled():
-            # the program turned the cyclic collector off (``gc.disable()``): nothing will ever
-            # free its cyclic garbage, so what a collection would give back is leaked all the same
-            return False
         before = read_now(growth.column)
         if before is None:
             return False
@@ -252,8 +246,9 @@ def _import_detector(read_now: ReadNow) -> float:
 
 def _collect(read_now: ReadNow) -> float:
     """Run a full garbage collection; the heap bytes it freed (0 where the heap is not read).
-    None runs while the program keeps the collector off: memleak must not free, behind its back,
-    the cyclic garbage that program keeps (the leak it would then not see)."""
+    None runs while the program keeps the collector off (``gc.disable()``): memleak must not free,
+    behind its back, the cyclic garbage that program keeps (the leak it would then not see), which
+    nothing will ever free, so a growth stays a leak."""
     import gc
 
     if not gc.isenabled():

@@ -32,7 +32,7 @@ def checked_options(
     return optimizers
 
 
-def _has_step_hooks(opt: Any) -> bool:
+def has_step_hooks(opt: Any) -> bool:
     """Whether `opt` ran ``Optimizer.__init__``: it has the step hook dicts its step runs."""
     return isinstance(getattr(opt, "_optimizer_step_pre_hooks", None), dict) and isinstance(
         getattr(opt, "_optimizer_step_post_hooks", None), dict
@@ -45,7 +45,7 @@ def wrapped_optimizer(opt: Any) -> Any:
     ``Lookahead``: no step hooks of its own, its step calls the base optimizer's) the optimizer it
     wraps, an attribute that shares its ``param_groups`` (else its only optimizer attribute)."""
     seen = set()
-    while not _has_step_hooks(opt) and id(opt) not in seen:
+    while not has_step_hooks(opt) and id(opt) not in seen:
         seen.add(id(opt))
         inner = [v for v in vars(opt).values() if isinstance(v, torch.optim.Optimizer) and v is not opt]
         groups = getattr(opt, "param_groups", None)
