@@ -18,6 +18,8 @@ import memleak
 from memleak.schema import SCHEMA_VERSION
 from memleak.io import RUN_SUFFIX, RecordSink, RunWriter, load, read_run_file, run_from_records
 from memleak.io.codec import LAYOUT
+from memleak.io.step_lines import StepLines
+from memleak.io.writer import FLUSH_STEPS
 from memleak.io.reader import decode_lines, read_fast, split_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +108,18 @@ def test_unusual_steps_round_trip(tmp_path):
     assert got["a"].iloc[5] == 2**60 and got["name"].iloc[-1] == "x" and got["c69"].iloc[-1] == 3
 
 
+
+@pytest.mark.parametrize("steps", [_cuda_like(300), [{"step": 0, "a": 1}, {"step": 1, "a": 1.5}, {"step": 5}, {"a": 2},
+                                                     {"step": 7, "a": float("nan")}, {"step": 8, "a": True},
+                                                     {"step": 9, "a": 3.0, "b": -1}, {"step": 10, "b": -1.5}]])
+def test_the_one_pass_step_encoding_writes_what_the_general_one_does(tmp_path, steps, monkeypatch):
+    """Steps whose columns the layout already has take a one-pass path (`_steady_line`); a file
+    written with it is byte for byte the file the general path writes."""
+    _write_both(tmp_path / "fast.jsonl", steps)
+    monkeypatch.setattr(StepLines, "_steady_line", lambda self, values: None)
+    _write_both(tmp_path / "general.jsonl", steps)
+    assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "general.jsonl").read_bytes()
+
 _number = st.one_of(st.none(), st.integers(-2**53 + 1, 2**53 - 1),
                     st.floats(allow_nan=True, allow_infinity=True, width=64))
 
@@ -131,7 +145,7 @@ def test_any_steps_read_back_as_the_memory_sink_has_them(tmp_path, steps):
 # ---------------------------------------------------------------- killed runs
 
 _KILLED = textwrap.dedent("""
-    import os, sys
+    import os, sys, time
     sys.path.insert(0, {root!r})
     from memleak.io import RunWriter
     w = RunWriter(sys.argv[1])
@@ -141,22 +155,41 @@ _KILLED = textwrap.dedent("""
     if sys.argv[2] == "mid-line":
         w._fh.write(b'[14,10.1,11')  # a record cut short as a kill -9 inside a write would leave it
         w._fh.flush()
+    if sys.argv[2] == "slow-steps":  # steps half a second apart or more are each written at once
+        for i in range(100, 103):
+            time.sleep(0.55)
+            w.step({{"step": i, "time": 0.1 * (i + 1), "allocated_bytes": 1000 + i}})
     os.kill(os.getpid(), 9)
 """)
 
 
-@pytest.mark.parametrize("where", ["between-steps", "mid-line"])
-def test_a_run_killed_with_sigkill_loads_up_to_its_last_whole_step(tmp_path, where):
+@pytest.mark.parametrize("where", ["between-steps", "mid-line", "slow-steps"])
+def test_a_run_killed_with_sigkill_loads_up_to_its_last_batch_of_steps(tmp_path, where):
     path = tmp_path / "killed.jsonl"
     proc = subprocess.run([sys.executable, "-c", _KILLED.format(root=str(ROOT)), str(path), where])
     assert proc.returncode == -9
     run = memleak.load(path)
-    assert run.steps["step"].tolist() == list(range(100))
-    assert run.steps["allocated_bytes"].iloc[-1] == 1099
+    steps = run.steps["step"].tolist()
+    # steps go out FLUSH_STEPS at a time: what was held back when the kill came is lost, no more
+    last = 103 if where == "slow-steps" else 100 // FLUSH_STEPS * FLUSH_STEPS
+    assert steps == list(range(last))
+    assert run.steps["allocated_bytes"].iloc[-1] == 1000 + last - 1
     assert run.truncated == (where == "mid-line")
     if run.truncated:
         assert "cut short" in run.problems[0]
-        assert _slow(path).truncated and len(_slow(path).steps) == 100
+        assert _slow(path).truncated and len(_slow(path).steps) == last
+
+
+def test_an_event_writes_the_steps_before_it_first(tmp_path):
+    w = RunWriter(tmp_path / "r.jsonl")
+    w.header({"device": "cpu"})
+    for i in range(3):
+        w.step({"step": i, "allocated_bytes": 10 * i})
+    w.event("oom", step=3)  # an OOM's event must reach the disk at once, after the steps before it
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert [json.loads(x).get("event") for x in lines[-1:]] == ["oom"]
+    assert len([x for x in lines if x.startswith("[")]) == 3
+    w.close()
 
 
 # ---------------------------------------------------------------- bad input
