@@ -33,6 +33,12 @@ class LoaderInfo:
     start_method: str | None  # fork, spawn, forkserver; None when the default was never fixed
 
 
+def no_children() -> bool:
+    """Whether this process started no multiprocessing child (nearly every step of most loops:
+    one attribute read, where `child_pids` walks them)."""
+    return not getattr(mp_process, "_children", None)
+
+
 def child_pids() -> dict[int, Any]:
     """The processes this one started through multiprocessing that are running, by PID (the
     Process objects multiprocessing itself keeps; DataLoader workers are among them)."""

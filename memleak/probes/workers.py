@@ -26,7 +26,7 @@ from ..records import Event
 from ..schema import WORKER_PRIVATE, WORKER_PSS, RecordType
 from . import Probe, ProbeContext, Unavailable
 from .budget import TimeBudget
-from .loaders import LoaderInfo, child_pids, identify
+from .loaders import LoaderInfo, child_pids, identify, no_children
 
 #: How many bytes of smaps_rollup to read: Private_Dirty is its eleventh line (about 400 bytes in).
 READ_BYTES = 1024
@@ -64,6 +64,8 @@ class WorkerProbe(Probe):
         return {"workers_budget": self.budget}
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
+        if not self.known and not self.slots and no_children():
+            return {}
         kids = child_pids()
         new = {pid: p for pid, p in kids.items() if pid not in self.known}
         self.known = set(kids)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 from array import array
 from collections.abc import Callable
@@ -96,6 +97,10 @@ class LiveCheck:
         self.warned_elsewhere = warned_elsewhere
         self.series = {col: array("d") for col in LIVE_COLUMNS}  # 8 bytes a value, NaN when absent
         self.stride = 1  # one row kept every `stride` steps (doubles each time the rows are halved)
+        # the columns' allocated bytes (they grow together: one value each a row); `append` says
+        # in `grew` whether they changed, the only heap a plain step's bookkeeping keeps
+        self._allocated = sys.getsizeof(self.series["step"])
+        self.grew = False
         self.next_at: float = _FIRST_LIVE_CHECK
         self.seconds = 0.0  # spent in checks so far
         self.extra = 0  # checks run beyond the time budget
@@ -110,6 +115,7 @@ class LiveCheck:
     def append(self, step: int, values: dict[str, Any]) -> None:
         """Keep the live columns of step `step` (every `stride`-th step), halving the rows at LIVE_ROWS."""
         if step % self.stride:
+            self.grew = False
             return
         for col, vals in self.series.items():
             v = values.get(col)
@@ -119,6 +125,8 @@ class LiveCheck:
             self.stride *= 2
             if self.pending is not None:  # the rows it counted, after the halving
                 self.pending = dataclasses.replace(self.pending, rows=(self.pending.rows + 1) // 2)
+        allocated = sys.getsizeof(self.series["step"])
+        self.grew, self._allocated = allocated != self._allocated, allocated
 
     def due(self, step: int, elapsed: float) -> bool:
         """Within the time budget; or beyond it, a few times a run, to confirm or clear growth an

@@ -308,13 +308,16 @@ class Tracker:
         sampled = time.perf_counter() - now
         if heap is not None:
             values[OWN_COLUMN] = self._own_bytes
-        self._started_sink().step(values)
+        sink = self._started_sink()
+        sink.step(values)
         live = self._live
         live.append(step, values)
-        if heap is not None:
+        if heap is not None and (live.grew or sink.keeps_steps or not self._plain_step()):
             # what the probes' samples and this bookkeeping kept on the heap (their tables, the
             # live columns, in-memory records) is memleak's own memory, taken off the host series
-            # before they are judged; the user's code does not run in between
+            # before they are judged; the user's code does not run in between. A step of counters
+            # alone keeps nothing there unless the live columns grew or the sink kept or wrote
+            # steps; other steps skip the read (~25 us).
             self._own_bytes += heap() - heap0
         if self._auto is not None:
             change = self._auto.after(step, seconds + sampled, now - self._t0, live.series)
@@ -327,6 +330,10 @@ class Tracker:
             live.own_delta = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
             self._begin(step)
+
+    def _plain_step(self) -> bool:
+        """Whether the step that ends recorded the counters alone (no probe's detail)."""
+        return self.level == Level.COUNTERS or (self._auto is not None and not self._auto.on)
 
     def _set_detail(self, step: int, on: bool | None, why: DetailReason) -> None:
         """Level auto: the sampled probes' detail on or off from `step` (None: on level full's own
