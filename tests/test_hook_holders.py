@@ -56,3 +56,26 @@ def test_a_hook_object_registered_once_keeps_no_growing_holder():
     prune.l1_unstructured(model[0], "weight", amount=0.1)
     prune.remove(model[0], "weight")
     assert "0._forward_pre_hooks" not in _walk(model).holders
+
+
+def test_a_pruning_hook_re_applied_every_step_is_the_suspect_with_a_hook_fix():
+    import memleak
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    targets = [(model[0], "weight"), (model[2], "weight")]
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(16):
+            loss = model(torch.randn(8, 16)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prune.global_unstructured(targets, pruning_method=prune.L1Unstructured, amount=0.01)
+            tracker.step()
+    suspects = tracker.report().suspects
+    assert "_forward_pre_hooks" in suspects[0].location
+    hooked = [s for s in suspects if "_forward_pre_hooks" in s.location]
+    assert len(hooked) == 2 and all("prune.remove" in s.fix for s in hooked)
+    # the masks are views of one global mask, but they are torch's to keep, not the user's to copy
+    assert not any("store a copy of the part you need" in s.fix for s in hooked)
