@@ -104,18 +104,9 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or clear it after "
             f"logging{grad}."
         )
-    if hkind == "closure":
-        return (
-            f"`{holder}` is captured by a closure (a hook or callback) and gains tensors every step: store "
-            f"`t.detach().cpu()` or a number, clear it after use, or remove the hook when done{grad}."
-        )
-    if hkind == "piled_hook":
-        return (
-            f"`{holder}` is kept by a module hook that is registered again on every step and never removed, so "
-            f"the hooks pile up and each keeps what it captured: register the hook once, outside the loop, or "
-            f"keep the handle `register_forward_hook` returns and call `handle.remove()` when done; store "
-            f"`t.detach().cpu()` or numbers{grad}."
-        )
+    hooked = _hook_fix(holder, hkind, grad)
+    if hooked:
+        return hooked
     if hkind == "lru_cache":
         return (
             f"`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
@@ -146,3 +137,29 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
         f"`{holder}` gains tensors every step: append a number (`loss.item()`) or a detached copy "
         f"(`t.detach().cpu()`), bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
     )
+
+
+def _hook_fix(holder: str, hkind: str, grad: str) -> str:
+    """The fix for a holder a hook keeps (a closure, hooks piled up, a hook object), or ""."""
+    if hkind == "closure":
+        return (
+            f"`{holder}` is captured by a closure (a hook or callback) and gains tensors every step: store "
+            f"`t.detach().cpu()` or a number, clear it after use, or remove the hook when done{grad}."
+        )
+    if hkind == "piled_hook":
+        return (
+            f"`{holder}` is kept by a hook that is registered again on every step and never removed, so "
+            f"the hooks pile up and each keeps what it captured: register the hook once, outside the loop, or "
+            f"keep the handle the registering call returns (`module.register_forward_hook(...)`, "
+            f"`tensor.register_hook(...)`) and call `handle.remove()` when done; store "
+            f"`t.detach().cpu()` or numbers{grad}."
+        )
+    if hkind == "hook":
+        return (
+            f"`{holder}` holds a hook object whose tensors grow every step: it is applied again and again "
+            f"without being removed (`torch.nn.utils.prune` re-applied each epoch adds one more pruning "
+            f"method, with its own copy of the mask, to the module's hook). Apply it once, make it permanent "
+            f"after each round (`prune.remove(module, name)`), or remove the old hook (`handle.remove()`) "
+            f"before registering a new one{grad}."
+        )
+    return ""

@@ -190,7 +190,7 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             f["evidence"].append(f"its graph includes the chain carried from step to step by {others}")
     f["evidence"].extend(_graph_evidence(name, h, chained, has_grad))
     f["evidence"].extend(_row_notes(h.last))
-    if _mostly_views(h.last):
+    if _mostly_views(h.last) and hkind != "hook":  # a hook object's tensors are not the user's to copy
         f["fix"] += (
             " Its tensors are small views (`t[0]`, `t[:, i]`, `t.view(...)`) that each keep their whole base "
             "tensor alive: store a copy of the part you need (`t[0].clone()`, or `.detach().clone()`)."

@@ -17,6 +17,7 @@ Read-only; nothing here keeps a reference after it returns.
 
 from __future__ import annotations
 
+import collections
 import sys
 import types
 from collections.abc import Iterator
@@ -118,6 +119,17 @@ def optimizer_hooks(opt: Any) -> Iterator[Any]:
     for k, v in (getattr(opt, "__dict__", None) or {}).items():
         if k.startswith("_optimizer_") and k.endswith("_hooks") and isinstance(v, dict):
             yield from list(v.values())[:32]
+
+
+def hooks_with_copies(hooks: Any) -> Iterator[tuple[Any, int]]:
+    """(hook, copies) for each hook in a module's or a tensor's hook dict; `copies`: how many of
+    them share its code (a hook registered on every step and never removed piles up)."""
+    if not hooks:
+        return
+    fns = [fn[0] if isinstance(fn, tuple) else fn for fn in list(hooks.values())]
+    copies = collections.Counter(getattr(fn, "__code__", None) for fn in fns)
+    for fn in fns:
+        yield fn, copies[getattr(fn, "__code__", None)]
 
 
 def _captures(fn: Any, t: torch.Tensor) -> bool:

@@ -30,10 +30,12 @@ from .walk_scope import (
     SEQ_SAMPLE,
     SEQUENCES,
     SKIP_PACKAGES,
+    TENSOR_HOOK_DICTS,
     child_holder,
     filled_slots,
     is_ndarray,
     is_view_of,
+    opened_inside,
     pandas_managers,
     top_package,
 )
@@ -137,8 +139,8 @@ class Walk(HolderTally):
             for arr in obj._mgr.arrays:
                 self.push(arr, path + "[...]", holder or path, kind, weight, note)
         elif isinstance(obj, _OPAQUE) or top_package(t) in SKIP_PACKAGES:
-            if issubclass(t, torch.autograd.function.BackwardCFunction) or t.__module__.startswith("torch.utils.data"):
-                # an autograd ctx, a DataLoader (its dataset may cache tensors), a Subset...
+            if kind == "hook" or opened_inside(t):
+                # a hook object and what it keeps (a pruning mask), an autograd ctx, a DataLoader...
                 self._attrs(obj, path, holder, kind, weight, note)
         else:
             self._attrs(obj, path, holder, kind, weight, note)
@@ -353,12 +355,10 @@ class Walk(HolderTally):
                         self.push(prm.grad, p, h, kind, weight, note)
         where = path or type(mod).__name__
         for hk in HOOK_DICTS:
-            hooks = d.get(hk)
-            if hooks:
-                fns = [fn[0] if isinstance(fn, tuple) else fn for fn in list(hooks.values())]
-                copies = collections.Counter(getattr(fn, "__code__", None) for fn in fns)
-                for fn in fns:
-                    self._hook(fn, where, weight, copies[getattr(fn, "__code__", None)])
+            self._hooks(d.get(hk), where, hk, weight)
+        for k, prm in d.get("_parameters", {}).items():
+            for hk in TENSOR_HOOK_DICTS:  # `param.register_hook(...)`: lives as long as the parameter
+                self._hooks(getattr(prm, hk, None), f"{where}.{k}", hk, weight)
         for k, child in d.get("_modules", {}).items():
             if child is not None:
                 cp = f"{path}.{k}" if path else k
@@ -371,7 +371,12 @@ class Walk(HolderTally):
                     note,
                 )
 
-    def _hook(self, fn, where: str, weight: float, copies: int = 1) -> None:
+    def _hooks(self, hooks, where: str, hk: str, weight: float) -> None:
+        """The hooks in one hook dict of a module or a parameter (`hk`: the dict's name)."""
+        for fn, copies in reach.hooks_with_copies(hooks):
+            self._hook(fn, where, weight, copies, hk)
+
+    def _hook(self, fn, where: str, weight: float, copies: int = 1, hk: str = "") -> None:
         """A hook on a module: its closure's variables and default arguments, and the object a
         bound-method hook or a callable hook object belongs to. `copies`: hooks with its code on
         the module (one registered on every step and never removed piles up)."""
@@ -386,4 +391,6 @@ class Walk(HolderTally):
             owner = type(fn.__self__).__name__
             self.push(fn.__self__, owner, owner, "hook", weight, f"hook {fn_name(fn)} on {where}")
         elif not isinstance(fn, types.FunctionType) and hasattr(fn, "__dict__"):
-            self.push(fn, type(fn).__name__, type(fn).__name__, "hook", weight, f"hook on {where}")
+            # a hook object (torch.nn.utils.prune's, a parametrization's): named where it is registered
+            held = f"{where}.{hk}" if hk else type(fn).__name__
+            self.push(fn, held + "[...]", held, "hook", weight, f"hook {type(fn).__name__} on {where}")

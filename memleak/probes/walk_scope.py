@@ -76,6 +76,8 @@ HOOK_DICTS = (
     "_state_dict_hooks",
     "_load_state_dict_pre_hooks",
 )
+# A tensor's own hook dicts (`t.register_hook`, `t.register_post_accumulate_grad_hook`).
+TENSOR_HOOK_DICTS = ("_backward_hooks", "_post_accumulate_grad_hooks")
 MODULE_SKIP = {
     "_parameters",
     "_buffers",
@@ -142,3 +144,9 @@ def is_ndarray(t: type) -> bool:
 def is_view_of(base: Any) -> bool:
     """Whether an array's `base` is where its memory is counted (an array, a memoryview, a tensor)."""
     return base is not None and (type(base) is memoryview or is_ndarray(type(base)) or isinstance(base, torch.Tensor))
+
+
+def opened_inside(t: type) -> bool:
+    """Whether an object of a skipped package (torch) is still walked: an autograd ctx (it may
+    store tensors), a DataLoader or Dataset (its dataset may cache tensors), a Subset..."""
+    return issubclass(t, torch.autograd.function.BackwardCFunction) or t.__module__.startswith("torch.utils.data")
