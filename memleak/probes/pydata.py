@@ -71,9 +71,10 @@ def data_size(obj) -> tuple[int, int] | None:
     items (ENDS at each end; a dict's keys and values) are all plain data, else None."""
     n = len(obj)
     if isinstance(obj, dict):
-        keys = list(obj) if n <= 2 * ENDS else [*itertools.islice(obj, ENDS), *_last(obj, ENDS)]
-        sample: list = [obj[k] for k in keys] + [k for k in keys if type(k) is not str]
-        sampled = len(keys)
+        items = dict.items(obj)  # never a subclass's own __getitem__ or items()
+        pairs = list(items) if n <= 2 * ENDS else [*itertools.islice(items, ENDS), *_last(items, ENDS)]
+        sample: list = [v for _, v in pairs] + [k for k, _ in pairs if type(k) is not str]
+        sampled = len(pairs)
     else:
         if isinstance(obj, (set, frozenset)):
             sample = list(itertools.islice(obj, 2 * ENDS))
@@ -91,6 +92,6 @@ def data_size(obj) -> tuple[int, int] | None:
     return n, int(sys.getsizeof(obj) + total * n / max(1, sampled))
 
 
-def _last(d: dict, k: int) -> list:
-    """The last `k` keys of a dict, without listing all of them."""
-    return list(itertools.islice(reversed(d), k))[::-1]
+def _last(items, k: int) -> list:
+    """The last `k` items of a dict's items, without listing all of them."""
+    return list(itertools.islice(reversed(items), k))[::-1]
