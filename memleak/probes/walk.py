@@ -275,10 +275,10 @@ class Walk(HolderTally):
         ):
             st = self._stats(holder or path, "")  # the holder is the bounded deque itself
             st.capacity, st.length = obj.maxlen, n
-        if self._plain_data(obj, holder or path, kind, weight, note):  # no tensor in there: sized, not walked
+        filled = filled_slots(obj) if n > 2 * SEQ_SAMPLE else None  # slots filled in place: not their ends
+        if not filled and self._plain_data(obj, holder or path, kind, weight, note):  # sized, not walked
             return
         child = path + "[...]"
-        filled = filled_slots(obj) if n > 2 * SEQ_SAMPLE else None
         if filled is not None:
             if not filled:  # placeholders only: nothing that could hold a tensor
                 return
