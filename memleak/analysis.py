@@ -10,6 +10,7 @@ from .detect.growth import analyze_growth
 from .detect.snapshot import detect_snapshot
 from .detect.snapshot_growth import detect_snapshot_growth
 from .detect.stale import confirm_after_sampling
+from .detect.thresholds import MIN_REL_GROWTH
 from .errors import UsageError
 from .run import MultiRun, Run
 from .schema import Finding, Shape, Verdict
@@ -42,6 +43,7 @@ def _analyze_run(run: Run) -> Report:
     findings, problems = run_detectors(run)
     findings = confirm_after_sampling(run, findings)
     suspects = rank(findings, measured_bps=growth.slope if growth is not None else 0.0)
+    growth = _growth_shown(run, growth, findings, suspects)
     return Report(
         run=run,
         verdict=decide(growth, suspects),
@@ -50,6 +52,20 @@ def _analyze_run(run: Run) -> Report:
         growth=growth,
         problems=[*run.problems, *problems],
     )
+
+
+def _growth_shown(run: Run, growth, findings: list[Finding], suspects) -> Any:
+    """The growth the verdict quotes: where the top suspect is a holder of Python data backed by a
+    host series (RSS, which the primary series of a CPU run, the heap, barely sees), that series."""
+    if not suspects or not suspects[0].leak:
+        return growth
+    top = suspects[0].location
+    data = [f.data for f in findings if f.location == top and isinstance(f.data, dict)]
+    col = next((d.get("host_column") for d in data if d.get("python_objects")), None)
+    if not col or growth is None or col == growth.column:
+        return growth
+    shown = analyze_growth(run, col, min_rel=MIN_REL_GROWTH)
+    return shown if shown.leak else growth
 
 
 def _analyze_ranks(run: MultiRun) -> Report:

@@ -187,6 +187,8 @@ class HolderRow(_Record):
     np_arrays: float = 0  # of what it holds, numpy arrays with memory of their own (counted as tensors)
     capacity: int = 0  # the holder is a bounded container: the most items it keeps (a deque's maxlen)
     length: int = 0  # and the items it held at this walk
+    objects: float = 0  # items of plain Python data it holds (numbers, strings, lists of floats), not tensors
+    obj_bytes: int = 0  # their bytes, estimated from a few items at its ends (probes/pydata.py)
 
     OPTIONAL = frozenset(
         {
@@ -202,6 +204,8 @@ class HolderRow(_Record):
             "np_arrays",
             "capacity",
             "length",
+            "objects",
+            "obj_bytes",
         }
     )
     TUPLES = frozenset({"seq"})

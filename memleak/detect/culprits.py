@@ -32,6 +32,7 @@ from .culprit_table import Entries, merge_siblings
 from .graphs import linked_counts
 from .holder_growth import buffer_findings, filling_bounded, holder_findings
 from .module_outputs import module_evidence
+from .object_holders import object_findings
 from .registered import registered_findings
 from .saved_graphs import attach_saved, saved_growth
 from .survivors import birth_findings
@@ -56,6 +57,7 @@ def detect(run: Run) -> list[Finding]:
     if carried:
         _cap_uncarried_chains(findings, carried)
     module_evidence(run.module_records, findings)
+    object_findings(run, holders, hkinds, findings)  # Python data, once the tensors' causes are known
     _spare_bounded(holders, findings)
     merge_siblings(findings)
     _point_at_stores(holders, findings)

@@ -48,6 +48,12 @@ LEAK_FIX = (
     "cached on self or in a global or module-level dict that gains an entry every step. "
     'Run with level="full" to have memleak name the holder and the line that creates the tensors.'
 )
+#: LEAK_FIX's last sentence for a run that had full detail already, and named no holder with it.
+LEAK_FIX_AFTER_FULL = (
+    "memleak looked with full detail on {steps} and named no holder: what grows is kept where its walk "
+    "does not reach (a C extension's or a library's own cache, an object it skips) or is not Python "
+    "objects at all (native allocations); tracemalloc snapshots two steps apart show the growing site."
+)
 HOST_FIX = (
     "Host memory grows every step. Look for host-side lists or dicts that grow each "
     "iteration (metrics, predictions moved to CPU, logged tensors or strings), Python objects "
@@ -136,13 +142,23 @@ def detect(run: Run) -> list[Finding]:
     primary = run.memory_column()
     g = analyze_growth(run, primary) if primary else None
     if g is not None and g.leak:
-        findings.append(_finding(run, g, Kind.LINEAR_GROWTH, LEAK_FIX))
+        findings.append(_finding(run, g, Kind.LINEAR_GROWTH, leak_fix(run)))
     host = run.host_column()
     if host is not None and primary not in HOST_COLUMNS:
         h = analyze_growth(run, host, min_rel=min_rel_growth(host, accelerator=True))
         if h.leak and not _host_growth_is_tensors(run, g, h):
             findings.append(_finding(run, h, Kind.HOST_GROWTH, HOST_FIX))
     return findings
+
+
+def leak_fix(run: Run) -> str:
+    """LEAK_FIX, whose advice to run with full detail is dropped where the run had it already."""
+    full = [(a, b) for a, b, level, _ in run.detail_spans() if level == "full"]
+    if not full:
+        return LEAK_FIX
+    n = sum(b - a + 1 for a, b in full)
+    steps = f"step {full[0][0]}" if n == 1 else f"{n} steps"
+    return LEAK_FIX.rsplit(" Run with", 1)[0] + " " + LEAK_FIX_AFTER_FULL.format(steps=steps)
 
 
 # ---------------------------------------------------------------- input

@@ -15,6 +15,7 @@ import torch
 from ..records import HolderRow
 from .graphs import GraphInfo, Roots, graph_info, roots_of
 from .identity import Ages, tensor_nbytes
+from .pydata import data_size
 from .walk_scope import NAME_ALL_UP_TO
 
 
@@ -39,6 +40,8 @@ class HolderStats:
     linked: bool = False  # its graph is built on what it held at the previous sample (graphs.py)
     capacity: int = 0  # the holder is a bounded container (a deque's maxlen): the most items it keeps
     length: int = 0  # the items it holds
+    objects: float = 0.0  # items of plain Python data it holds (numbers, strings, lists of floats: pydata)
+    obj_bytes: float = 0.0  # their estimated bytes
     # storage -> [bytes, weight, old, host]: summed into nbytes, old_bytes, host_bytes at the end
     _storages: dict = field(default_factory=dict, repr=False)
     _grad_fns: list = field(default_factory=list, repr=False)
@@ -67,6 +70,8 @@ class HolderStats:
             stored=stored,
             capacity=self.capacity,
             length=self.length,
+            objects=round(self.objects, 1),
+            obj_bytes=int(self.obj_bytes),
         )
 
 
@@ -124,6 +129,20 @@ class HolderTally:
         base = t._base
         if base is not None:
             self.tensor_holder.setdefault(id(base), holder)
+
+    def _plain_data(self, obj: Any, holder: str, kind: str, weight: float, note: str) -> bool:
+        """Tally a container of plain Python data (numbers, strings, nested lists and dicts of
+        them) under `holder`, by its items and estimated bytes; False, tallying nothing, when a
+        sampled item is anything else (a tensor, an array, an object): the walk goes into those."""
+        sized = data_size(obj)
+        if sized is None:
+            return False
+        st = self._stats(holder, kind)
+        if note and not st.note:
+            st.note = note
+        st.objects += sized[0] * weight
+        st.obj_bytes += sized[1] * weight
+        return True
 
     def _estimated(self, holder: str) -> None:
         self._stats(holder, "").estimated = True

@@ -39,6 +39,9 @@ from .walk_scope import LRU_CACHES, SKIP_PACKAGES, top_package
 
 # Module globals walked at most, besides those of the frames themselves.
 _MAX_GLOBALS = 12
+# Holders of plain Python data only (no tensor) recorded from this many bytes: a config dict or a
+# short list of floats is not worth a row at every walk; growth past it is seen as it starts.
+_MIN_DATA_BYTES = 16 * 1024
 # Holders, largest first, whose storing line is looked up in the source.
 _STORES_LOOKED_UP = 20
 
@@ -91,7 +94,9 @@ def walk_roots(
 def holders_record(walk: Walk, step: int, walk_seconds: float, scope: str = "") -> HoldersRecord:
     """The ``holders`` record of a walk: its largest holders first, the largest with the user's
     line that stores into them. `scope`: "model" for a walk of the model tree only."""
-    holders = [h for h in sorted(walk.holders.values(), key=lambda s: -s.nbytes) if h.count > 0][:60]
+    # holders of tensors, and of plain Python data (pydata) big enough to matter
+    kept = [h for h in walk.holders.values() if h.count > 0 or h.obj_bytes >= _MIN_DATA_BYTES]
+    holders = sorted(kept, key=lambda s: -(s.nbytes + s.obj_bytes))[:60]
     rows = [
         h.row(stored=(find_store(h.holder, walk.regions) or "") if i < _STORES_LOOKED_UP else "")
         for i, h in enumerate(holders)

@@ -277,8 +277,10 @@ class Walk(HolderTally):
         ):
             st = self._stats(holder or path, "")  # the holder is the bounded deque itself
             st.capacity, st.length = obj.maxlen, n
+        filled = filled_slots(obj) if n > 2 * SEQ_SAMPLE else None  # slots filled in place: not their ends
+        if not filled and self._plain_data(obj, holder or path, kind, weight, note):  # sized, not walked
+            return
         child = path + "[...]"
-        filled = filled_slots(obj) if n > 2 * SEQ_SAMPLE else None
         if filled is not None:
             if not filled:  # placeholders only: nothing that could hold a tensor
                 return
@@ -305,7 +307,7 @@ class Walk(HolderTally):
 
     def _dict(self, obj, path, holder, kind, weight, note) -> None:
         n = len(obj)
-        if n == 0:
+        if n == 0 or self._plain_data(obj, holder or path, kind, weight, note):
             return
         named = n <= 16
         if n <= 2 * SEQ_SAMPLE:

@@ -1,0 +1,97 @@
+"""Containers of plain Python data: how many items a list, deque, set or dict keeps that are not
+tensors nor arrays (numbers, strings, lists of floats, dicts of numbers), and about how many bytes
+they take, from a bounded deep ``sys.getsizeof`` of a few items at its ends scaled by its length.
+
+A training loop that keeps ``out.tolist()`` or decoded strings every step leaks host memory that no
+tensor count sees; the walk (`walk.Walk`) sizes such a container here instead of walking into it,
+since plain data can hold no tensor.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import sys
+from typing import Any
+
+#: Items at each end of a container that are sized (as the walk samples tensors: walk_scope.SEQ_SAMPLE).
+ENDS = 12
+#: Objects one sampled item may consist of before it is not sized (then the walk walks it).
+ITEM_BUDGET = 100
+#: Of a long container inside an item, the items sized (the rest scaled from them).
+INNER = 8
+_CONTAINERS = (list, tuple, set, frozenset, collections.deque, dict)
+_LEAVES = (float, complex, str, bytes, bytearray)
+
+
+def _leaf_size(obj) -> int:
+    """One scalar's bytes; shared singletons (None, booleans, small ints) take none of their own."""
+    t = type(obj)
+    if obj is None or t is bool or (t is int and -5 <= obj <= 256):
+        return 0
+    return sys.getsizeof(obj)
+
+
+def item_size(obj, budget: int = ITEM_BUDGET) -> int | None:
+    """The bytes of `obj` when it is plain data (scalars and builtin containers of them, nested),
+    else None: something else (a tensor, an array, a user object) or more than `budget` objects
+    to look at. Long inner containers are sized from their first INNER items. The keys of a dict
+    that are strings count nothing: they are most often shared literals ("loss", "acc")."""
+    stack: list[tuple[Any, float]] = [(obj, 1.0)]
+    total = 0.0
+    while stack:
+        o, scale = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return None
+        t = type(o)
+        if o is None or t is bool or t is int or t in _LEAVES:
+            total += scale * _leaf_size(o)
+            continue
+        if t not in _CONTAINERS:
+            return None
+        total += scale * sys.getsizeof(o)
+        n = len(o)
+        if not n:
+            continue
+        it = o.items() if t is dict else o
+        sample = list(itertools.islice(it, INNER))
+        s = scale * n / len(sample)
+        for x in sample:
+            if t is dict:
+                k, x = x
+                if type(k) is not str:
+                    stack.append((k, s))
+            stack.append((x, s))
+    return int(total)
+
+
+def data_size(obj) -> tuple[int, int] | None:
+    """(items, estimated bytes) of a non-empty list, tuple, deque, set or dict whose sampled
+    items (ENDS at each end; a dict's keys and values) are all plain data, else None."""
+    n = len(obj)
+    if isinstance(obj, dict):
+        items = dict.items(obj)  # never a subclass's own __getitem__ or items()
+        pairs = list(items) if n <= 2 * ENDS else [*itertools.islice(items, ENDS), *_last(items, ENDS)]
+        sample: list = [v for _, v in pairs] + [k for k, _ in pairs if type(k) is not str]
+        sampled = len(pairs)
+    else:
+        if isinstance(obj, (set, frozenset)):
+            sample = list(itertools.islice(obj, 2 * ENDS))
+        elif n <= 2 * ENDS:
+            sample = list(obj)
+        else:
+            sample = [obj[i] for i in range(ENDS)] + [obj[-i] for i in range(ENDS, 0, -1)]
+        sampled = len(sample)
+    total = 0
+    for x in sample:
+        size = item_size(x)
+        if size is None:
+            return None
+        total += size
+    return n, int(sys.getsizeof(obj) + total * n / max(1, sampled))
+
+
+def _last(items, k: int) -> list:
+    """The last `k` items of a dict's items, without listing all of them."""
+    return list(itertools.islice(reversed(items), k))[::-1]
