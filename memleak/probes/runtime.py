@@ -1,16 +1,15 @@
 """Python's and autograd's state at each step's end: the full collections of the cyclic garbage
 collector (so a sudden drop can be told apart as garbage freed) and whether gradients were on
-(so an inference or evaluation loop is reported as one)."""
+(so an inference or evaluation loop is reported as one). About a microsecond a step."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 from typing import Any
 
 import torch
 
-from . import Probe, ProbeContext
+from . import Probe
 
 
 def grad_enabled() -> int:
@@ -21,23 +20,12 @@ def grad_enabled() -> int:
 class RuntimeProbe(Probe):
     name = "runtime"
 
-    def start(self, ctx: ProbeContext) -> dict[str, Any]:
-        # Full collections are counted as they end (a gc callback; a loop runs few), not read each
-        # step: gc.get_stats() builds three dicts, ~15 us a step with the caches a training step left.
-        full = gc.get_stats()[-1]  # the oldest generation: only a full collection frees cycles there
-        self.collections = int(full["collections"])
-        self.collected = int(full["collected"])
-        gc.callbacks.append(self._on_gc)
-        return {}
-
-    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "stop" and info.get("generation") == 2:
-            self.collections += 1
-            self.collected += int(info.get("collected", 0))
-
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
-        return {"gc_collections": self.collections, "gc_collected": self.collected, "grad_enabled": grad_enabled()}
-
-    def stop(self) -> None:
-        with contextlib.suppress(ValueError):  # already taken off
-            gc.callbacks.remove(self._on_gc)
+        # Read each step, not counted by a gc callback: a collection can run inside a compiled
+        # region, and torch.compile then sees the callback's frame as one more frame to compile.
+        full = gc.get_stats()[-1]  # the oldest generation: only a full collection frees cycles there
+        return {
+            "gc_collections": int(full["collections"]),
+            "gc_collected": int(full["collected"]),
+            "grad_enabled": grad_enabled(),
+        }

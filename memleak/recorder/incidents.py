@@ -4,6 +4,7 @@ counters at that moment, and the allocator history dumped beside the run file.""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,20 @@ def dump_history(sink: RecordSink, run_path: Path, name: str, step: int) -> None
         return
     if written:
         sink.event("snapshot", path=target.name, step=step)
+
+
+def read_now(
+    column: str, heap: Callable[[], int] | None, own: Callable[[], float], device: torch.device
+) -> float | None:
+    """`column` read again now, less memleak's own bytes (`own()`), or None where it cannot be (the
+    live check confirms a growth on a fresh reading)."""
+    from ..probes.host import rss_bytes
+
+    if column == "heap_bytes" and heap is not None:
+        return float(heap() - own())
+    if column == "rss_bytes":
+        v = rss_bytes()
+        return None if v is None else float(v - own())
+    if column == "allocated_bytes" and device.type == "cuda":
+        return float(torch.cuda.memory_allocated(device))
+    return None

@@ -22,7 +22,7 @@ from ..schema import DEFAULT_LEVEL, DETAIL_EVENT, OWN_COLUMN, Boundary, DetailRe
 from . import running
 from .boundaries import Boundaries
 from .escalation import AutoLevel
-from .incidents import dump_history, oom_counters
+from .incidents import dump_history, oom_counters, read_now
 from .live import LiveCheck
 from .options import checked_options
 from .runinfo import base_meta, run_file_path
@@ -313,11 +313,10 @@ class Tracker:
         live = self._live
         live.append(step, values)
         if heap is not None and (live.grew or sink.keeps_steps or not self._plain_step()):
-            # what the probes' samples and this bookkeeping kept on the heap (their tables, the
-            # live columns, in-memory records) is memleak's own memory, taken off the host series
-            # before they are judged; the user's code does not run in between. A step of counters
-            # alone keeps nothing there unless the live columns grew or the sink kept or wrote
-            # steps; other steps skip the read (~25 us).
+            # what the probes and this bookkeeping kept on the heap (their tables, the live columns,
+            # in-memory records) is memleak's own, taken off the host series (the user's code does
+            # not run in between); a counters-only step keeps some only where the live columns grew
+            # or the sink kept or wrote steps: the others skip the read (~25 us)
             self._own_bytes += heap() - heap0
         if self._auto is not None:
             change = self._auto.after(step, seconds + sampled, now - self._t0, live.series)
@@ -325,7 +324,8 @@ class Tracker:
                 self._set_detail(step + 1, *change)
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
-            live.run(step, self.meta, self._started_sink(), self._read_now, self._on_leak_confirmed)
+            now_read = functools.partial(read_now, heap=self._heap, own=lambda: self._own_bytes, device=self.device)
+            live.run(step, self.meta, self._started_sink(), now_read, self._on_leak_confirmed)
             self._own_bytes += int(live.own_delta)  # its imports, less what its collections freed
             live.own_delta = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
@@ -362,19 +362,6 @@ class Tracker:
             dump_history(self._started_sink(), self.path, "leak-snapshot.pickle", self._step)
         if self.on_leak is not None:
             self.on_leak(growth)
-
-    def _read_now(self, column: str) -> float | None:
-        """`column` read again now (less memleak's own bytes), or None where it cannot be."""
-        from ..probes.host import rss_bytes
-
-        if column == "heap_bytes" and self._heap is not None:
-            return float(self._heap() - self._own_bytes)
-        if column == "rss_bytes":
-            v = rss_bytes()
-            return None if v is None else float(v - self._own_bytes)
-        if column == "allocated_bytes" and self.device.type == "cuda":
-            return float(torch.cuda.memory_allocated(self.device))
-        return None
 
     def _record_oom(self, exc: BaseException) -> None:
         counters = oom_counters(self.device)
