@@ -60,7 +60,7 @@ def test_walk_records_python_objects_under_their_holder(tmp_path):
 # ---------------------------------------------------------------- the detector (detect/object_holders.py)
 
 
-def _run(data_bps: float, rss_bps: float, steps: int = 60, hkind: str = "global") -> Run:
+def _run(data_bps: float, rss_bps: float, steps: int = 60, hkind: str = "global", sampled: int | None = None) -> Run:
     rng = np.random.default_rng(0)
     x = np.arange(steps)
     frame = pd.DataFrame(
@@ -79,7 +79,7 @@ def _run(data_bps: float, rss_bps: float, steps: int = 60, hkind: str = "global"
             ),
             nodes_walked=100,
         ).to_dict()
-        for s in range(1, steps, 2)
+        for s in range(1, sampled or steps, 2)
     ]
     return Run(dict(META), frame, records={"holders": holders})
 
@@ -100,6 +100,14 @@ def test_growing_python_list_that_explains_rss_is_named_with_a_fix():
     report = memleak.analyze(run)
     assert report.verdict.value == "leak" and report.suspects[0].location == "preds"
     assert report.growth.column == "rss_bytes"  # the verdict quotes the series that shows it
+
+
+def test_a_holder_sampled_only_while_young_is_confirmed_by_the_rss_it_grows_with_not_the_heap():
+    # level auto: walks on steps 1-31, counters after; Python objects show in RSS, the heap stays flat
+    run = _run(data_bps=90 * KIB, rss_bps=110 * KIB, steps=80, sampled=32)
+    report = memleak.analyze(run)
+    assert report.verdict.value == "leak" and report.suspects[0].location == "preds"
+    assert not any("not shown to leak" in e for e in report.suspects[0].evidence)
 
 
 def test_a_float_logged_each_step_is_no_leak():

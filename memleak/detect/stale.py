@@ -31,13 +31,23 @@ CONFIRM_SHARE = 0.25
 
 def confirm_after_sampling(run: Run, findings: list[Finding]) -> list[Finding]:
     """`findings`, each leak whose samples (``data["steps"]``) ended long before the run did
-    made no leak when the memory counter did not rise after its last sample."""
-    column = run.memory_column()
-    series = memory_series(run, column)
-    if column is None or series is None:
-        return findings
-    _, steps, values = series
-    return [_confirmed(f, steps, values, column) for f in findings]
+    made no leak when the memory counter did not rise after its last sample: the run's memory
+    column, or the host series a holder of Python data was found growing with (``host_column``:
+    Python's small objects show in RSS, hardly in the heap)."""
+    cache: dict = {}
+
+    def series_of(column):
+        if column not in cache:
+            cache[column] = memory_series(run, column)
+        return cache[column]
+
+    out = []
+    for f in findings:
+        host = f.data.get("host_column") if isinstance(f.data, dict) else None
+        column = host if isinstance(host, str) and host in run.steps else run.memory_column()
+        series = series_of(column) if column is not None else None
+        out.append(f if series is None or column is None else _confirmed(f, series[1], series[2], column))
+    return out
 
 
 def _confirmed(f: Finding, steps: np.ndarray, values: np.ndarray, column: str) -> Finding:
