@@ -125,18 +125,17 @@ class RunWriter(RecordSink):
 
     def step(self, values: dict[str, Any]) -> None:
         """One iteration's values (a dict no one changes afterwards), written with the next batch."""
-        self.keeps_steps = True
         if self._fh is None:
+            self.keeps_steps = True
             RecordSink.step(self, values)
             return
         now = time.monotonic()
         if not self._pending:
             self._pending_since = now
         self._pending.append(values)
-        if len(self._pending) >= FLUSH_STEPS or now - self._pending_since >= FLUSH_SECONDS:
+        self.keeps_steps = len(self._pending) >= FLUSH_STEPS or now - self._pending_since >= FLUSH_SECONDS
+        if self.keeps_steps:  # a batch goes out: the tracker reads the heap it left behind
             self.flush()
-        else:
-            self.keeps_steps = False
 
     def flush(self) -> None:
         """Write the steps held back so far, in one write; after an I/O error, keep them in memory."""
