@@ -7,7 +7,8 @@ from torch import nn
 
 import memleak
 from memleak.probes.budget import YOUNG_DENSE, YOUNG_GAP
-from memleak.probes.modules import MIN_GAP
+from memleak.probes.modules import MEASURE_EVERY, MIN_GAP
+from memleak.report.series import module_table
 
 
 class Wide(nn.Module):
@@ -40,8 +41,10 @@ def test_modules_records_are_compact_and_complete():
     assert 1 <= len(recs) <= young + (30 - YOUNG_DENSE) // MIN_GAP + 1
     last = recs[-1]
     cats = last["categories"]
-    for key in ("parameter", "gradient", "optimizer_state", "activation", "buffer"):
+    for key in ("parameter", "gradient", "optimizer_state", "buffer"):
         assert key in cats
+    measured = [r for r in recs if r["counter"]]
+    assert "activation" in measured[-1]["categories"]
     params = sum(p.numel() * 4 for p in Wide().parameters())
     assert cats["parameter"] == params
     assert cats["gradient"] == params
@@ -53,11 +56,27 @@ def test_modules_records_are_compact_and_complete():
 
 def test_forward_memory_is_attributed_to_the_module_that_allocates_it():
     run = _train(Wide())
-    rows = {r[0]: r for r in run.records["modules"][-1]["modules"]}
+    measured = [r for r in run.records["modules"] if r["counter"]]
+    rows = {r[0]: r for r in measured[-1]["modules"]}
     # wide's forward leaves a 64 x 4096 float activation: far more than small's 64 x 16
     assert rows["wide"][2] > 10 * max(rows["small"][2], 1)
     assert rows["wide"][2] >= 64 * 4096 * 4 * 0.5
-    assert any(r[3] != 0 for r in run.records["modules"][-1]["modules"])  # some backward memory seen
+    assert any(r[3] != 0 for r in measured[-1]["modules"])  # some backward memory seen
+
+
+def test_the_counter_is_read_on_every_fourth_detail_step_and_calls_and_outputs_on_each():
+    run = _train(Wide(), steps=40)
+    recs = run.records["modules"]
+    assert len(recs) > MEASURE_EVERY
+    assert [bool(r["counter"]) for r in recs] == [i % MEASURE_EVERY == 0 for i in range(len(recs))]
+    for r in recs:
+        rows = {row[0]: row for row in r["modules"]}
+        assert rows["wide"][1] == 1  # calls counted on every detail step
+        if not r["counter"]:
+            assert rows["wide"][2] == rows["wide"][3] == 0 and "activation" not in r["categories"]
+    table = module_table(run).set_index("module")
+    # the means are over the measured steps: the unmeasured zeros do not halve the forward bytes
+    assert table.loc["wide", "forward"] >= 64 * 4096 * 4 * 0.5
 
 
 class Caching(nn.Module):

@@ -20,7 +20,6 @@ def module_evidence(modules: Sequence[ModulesRecord], findings: Entries) -> None
     no leak at all), and each caching module's forward memory to its cached attribute."""
     if not modules:
         return
-    last = modules[-1]
     kept, eligible = _kept_outputs(modules)
     leaks = sorted((lf for lf in findings.items() if lf[1].get("leak")), key=lambda lf: -lf[1]["bps"])
     for path, n, per in kept[:3]:
@@ -45,7 +44,9 @@ def module_evidence(modules: Sequence[ModulesRecord], findings: Entries) -> None
                 ),
             )
             f["evidence"].append(ev)
-    _caching_module_forwards(last, findings)
+    measured = [m for m in modules if m.counter]  # the detail steps that read forward bytes
+    if measured:
+        _caching_module_forwards(measured[-1], findings)
 
 
 def _kept_outputs(modules: Sequence[ModulesRecord]) -> tuple[list[tuple[str, int, float]], list[int]]:

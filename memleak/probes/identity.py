@@ -92,39 +92,50 @@ def module_names(model) -> dict[int, str]:
     return {id(m): user_path(name) for name, m in model.named_modules(remove_duplicate=True)}
 
 
+def params_and_buffers(model) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The model's parameters and buffers, each once, as ``model.parameters()`` and
+    ``model.buffers()`` give them, from one pass over its modules (each of those builds every
+    module's path: four times the time, on every deep step)."""
+    params: dict[int, torch.Tensor] = {}
+    buffers: dict[int, torch.Tensor] = {}
+    if model is not None:
+        for m in model.modules():
+            for p in m._parameters.values():
+                if p is not None:
+                    params[id(p)] = p
+            for b in m._buffers.values():
+                if b is not None:
+                    buffers[id(b)] = b
+    return list(params.values()), list(buffers.values())
+
+
 def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
     """Ids of parameters, gradients, buffers and optimizer state; and their storage pointers."""
-    ids: set[int] = set()
-    ptrs: set[int] = set()
-
-    def add(t):
-        if isinstance(t, torch.Tensor) and id(t) not in ids:  # the optimizer's params are the model's
-            ids.add(id(t))
-            t = local_tensor(t)  # a sharded (FSDP2) tensor: its shard is what this rank holds
-            ids.add(id(t))
-            try:
-                # parameters, gradients and optimizer state are whole storages: data_ptr is the
-                # storage's pointer, and much cheaper than building the storage object
-                ptrs.add(t.data_ptr())
-            except (RuntimeError, NotImplementedError, TypeError):
-                pass
-
-    if model is not None:
-        for p in model.parameters():
-            add(p)
-            if p.grad is not None:
-                add(p.grad)
-        for b in model.buffers():
-            add(b)
+    params, owned = params_and_buffers(model)
     if optimizer is not None:
         for group in optimizer.param_groups:
-            for p in group["params"]:
-                add(p)
-                if p.grad is not None:
-                    add(p.grad)
+            params.extend(group["params"])  # the model's, mostly: counted once below
         for st in optimizer.state.values():
             if isinstance(st, dict):
-                for v in st.values():
-                    add(v)
+                owned.extend(st.values())
+    # .grad of parameters only: read on a tensor made by an op (a buffer can be one), torch warns
+    owned.extend([g for g in (getattr(p, "grad", None) for p in params) if g is not None])
+    owned.extend(params)
+    ids: set[int] = set()
+    ptrs: set[int] = set()
+    for t in owned:
+        if not isinstance(t, torch.Tensor) or id(t) in ids:
+            continue
+        ids.add(id(t))
+        local = getattr(t, "_local_tensor", None)  # a sharded (FSDP2) tensor: its shard is what this rank holds
+        if isinstance(local, torch.Tensor):
+            ids.add(id(local))
+            t = local
+        try:
+            # parameters, gradients and optimizer state are whole storages: data_ptr is the
+            # storage's pointer, and much cheaper than building the storage object
+            ptrs.add(t.data_ptr())
+        except (RuntimeError, NotImplementedError, TypeError):
+            pass
     ptrs.discard(0)
     return ids, ptrs

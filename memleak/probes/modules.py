@@ -1,19 +1,20 @@
 """Per-module memory attribution and module-attribute scans.
 
-On sampled ("detail") steps, forward pre/post hooks on every submodule read a
-memory counter (on CUDA the allocator's allocated bytes, read from its nested statistics:
-``torch.cuda.memory_allocated`` flattens and sorts all of them on each call; the glibc heap
-counter on CPU, 3 to 30 microseconds as the heap fragments) and add
-each forward's delta to its module: the activation memory that forward leaves
-allocated. The hooks are installed for the detail step only: a forward repeats
-itself, so one step measures it, and the steps between cost nothing. On detail
-steps the probe also
+On sampled ("detail") steps, forward pre/post hooks on every submodule count its calls. On every
+`MEASURE_EVERY`-th detail step they also read a memory counter (on CUDA the allocator's allocated
+bytes, read from its nested statistics: ``torch.cuda.memory_allocated`` flattens and sorts all of
+them on each call; the glibc heap counter on CPU, 3 to 30 microseconds as the heap fragments) and
+add each forward's delta to its module: the activation memory that forward leaves allocated. A
+forward repeats itself, so a few steps measure it: the reads (four per module call, forward and
+backward) were most of what a detail step cost, while what the detail steps look for, outputs
+kept alive from step to step, needs every one of them. The hooks are installed for the detail
+step only, and the steps between cost nothing. On detail steps the probe also
 
 - keeps weak references to each module's outputs, to count the bytes each
   module's forward leaves alive at step end, and those still alive two or
   more steps later (an output somebody keeps);
-- hooks the autograd nodes at each module's outputs and inputs to measure the
-  memory its backward allocates (gradients);
+- on the measured ones, hooks the autograd nodes at each module's outputs and inputs to measure
+  the memory its backward allocates (gradients);
 - sums the memory by category, as torch's ``mem_tracker`` names them:
   parameter, buffer, gradient, optimizer state, activation, other.
 
@@ -24,7 +25,7 @@ walk the TensorProbe uses at level "full", and emits the same ``holders`` record
 Record ``modules`` (`memleak.records.ModulesRecord`; one per detail step, aggregating the steps since the last):
 ``{"step", "steps", "counter", "categories": {...}, "modules": [[path, calls, fwd_bytes, bwd_bytes, left_bytes]],
 "alive": [[path, born, count, bytes]]}``: fwd/bwd bytes are per step, summed over calls (``steps`` is 1:
-the detail step measured).
+the detail step measured); ``counter`` is empty on a detail step that read none (its fwd/bwd bytes are 0).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from . import Probe, ProbeContext, Unavailable
 from .allocator import nested_value
 from .budget import young_gap
 from .holders import holders_record, walk_roots
-from .identity import Ages, excluded_ids, is_compiled, local_tensor, tensor_nbytes, user_path
+from .identity import Ages, excluded_ids, is_compiled, local_tensor, params_and_buffers, tensor_nbytes, user_path
 from .registry import Registry
 
 MAX_OUTPUTS = 4  # tensors kept (weakly) per module call on detail steps
@@ -55,6 +56,8 @@ MIN_GAP = 8
 MAX_GAP = 12
 # In the auto level's windows, every other step is a detail step (outputs two steps old are compared).
 WINDOW_GAP = 2
+# The forward and backward bytes are read on the first detail step and every MEASURE_EVERY-th after.
+MEASURE_EVERY = 4
 
 
 def cuda_allocated(index: int | None) -> int:
@@ -125,6 +128,8 @@ class ModuleProbe(Probe):
         self.bw_open: dict[int, int] = {}
         self.detail = False
         self.detail_step: int | None = None
+        self.details = 0  # detail steps so far
+        self.measure = False  # this detail step reads the counter
         self.outputs: list[tuple[Any, int, int, int]] = []  # (weakref, module index, step, bytes)
         self.next_detail: float = 1
         self.window: bool | None = None  # the auto level's window: None at a fixed level
@@ -160,6 +165,8 @@ class ModuleProbe(Probe):
         i = self.index.get(id(module))
         if i is None:  # a module of another model, or a copy of one of ours
             return
+        if not self.measure:  # the pre-hook is in only while measuring
+            return
         self.stack.append(self.count())
         if self.detail:
             try:
@@ -177,18 +184,19 @@ class ModuleProbe(Probe):
         i = self.index.get(id(module))
         if i is None:
             return
-        try:
-            start = self.stack.pop()
-        except IndexError:  # a forward that began before the hooks went in (in any thread): not measured
-            return
+        if self.measure:
+            try:
+                start = self.stack.pop()
+            except IndexError:  # a forward that began before the hooks went in (in any thread): not measured
+                return
+            self.fwd[i] += self.count() - start
         self.calls[i] += 1
-        self.fwd[i] += self.count() - start
         if self.detail:
             try:
                 for t in _tensors(output):
                     _, nb = tensor_nbytes(t)
                     self.outputs.append((weakref.ref(t), i, self.detail_step, nb))
-                for t in _tensors(output, 1):
+                for t in _tensors(output, 1) if self.measure else ():
                     gf = t.grad_fn
                     if gf is not None:
                         self.node_handles.append(gf.register_prehook(self.bw_start[i]))
@@ -220,10 +228,13 @@ class ModuleProbe(Probe):
         if step >= self.next_detail:
             self.detail = True
             self.detail_step = step
+            self.measure = self.counter is not None and self.details % MEASURE_EVERY == 0
+            self.details += 1
             if self.hooked and not self.handles:
                 # Global hooks, filtered by module identity: nothing is attached to the user's modules,
                 # so torch.save(model), pickle and copy.deepcopy see them as they were.
-                self.handles.append(module_hooks.register_module_forward_pre_hook(self._pre))
+                if self.measure:  # the pre-hook only reads the counter and hooks the backward
+                    self.handles.append(module_hooks.register_module_forward_pre_hook(self._pre))
                 self.handles.append(module_hooks.register_module_forward_hook(self._post))
 
     def set_detail(self, step: int, on: bool) -> None:
@@ -237,6 +248,7 @@ class ModuleProbe(Probe):
             return {}
         t0 = time.perf_counter()
         self.detail = False
+        measured, self.measure = self.measure, False
         self._remove_hooks()
         for h in self.node_handles:
             try:
@@ -246,7 +258,7 @@ class ModuleProbe(Probe):
         self.node_handles.clear()
         self.bw_open.clear()
         with torch._C.DisableTorchFunction():  # the TensorProbe's mode may still be on
-            self._emit(step)
+            self._emit(step, measured)
         plain = self.plain or step_seconds
         # what this detail step cost: its hooks inside the step (the slower step) and its record
         cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0
@@ -259,7 +271,7 @@ class ModuleProbe(Probe):
             h.remove()
         self.handles = []
 
-    def _emit(self, step: int) -> None:
+    def _emit(self, step: int, measured: bool) -> None:
         model = self.ctx.model_ref()
         opt = self.ctx.optimizer_ref()
         n = 1  # the hooks measured the detail step only
@@ -270,13 +282,13 @@ class ModuleProbe(Probe):
             if self.calls[i] or left.get(i)
         ]
         cats = self._categories(model, opt)
-        if self.hooked:  # a compiled forward is not seen: no activation figure rather than a false 0
+        if self.hooked and measured:  # a compiled forward is not seen: no activation figure rather than a false 0
             cats["activation"] = max(0, int(self.fwd[0] / n)) if self.paths else 0
         kept = [ModuleOutputs(self.paths[i], b, c, nb) for (i, b), (c, nb) in sorted(alive.items())]
         rec = ModulesRecord(
             step=step,
             steps=n,
-            counter=self.counter_name,
+            counter=self.counter_name if measured else "",
             categories=cats,
             modules=tuple(rows),
             alive=tuple(kept),
@@ -341,13 +353,13 @@ class ModuleProbe(Probe):
             seen.add(ptr)
             return t.numel() * t.element_size()
 
-        if model is not None:
-            for p in model.parameters():
-                cats["parameter"] += size(p)
-                if p.grad is not None:
-                    cats["gradient"] += size(p.grad)
-            for b in model.buffers():
-                cats["buffer"] += size(b)
+        params, buffers = params_and_buffers(model)
+        for p in params:
+            cats["parameter"] += size(p)
+            if p.grad is not None:
+                cats["gradient"] += size(p.grad)
+        for b in buffers:
+            cats["buffer"] += size(b)
         if opt is not None:
             for st in opt.state.values():
                 if isinstance(st, dict):

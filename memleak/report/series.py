@@ -246,14 +246,21 @@ MODULE_COLUMNS = ["module", "calls/step", "forward", "backward", "left at step e
 
 def module_table(run) -> pd.DataFrame:
     """Per module over the detail steps: calls per step, the bytes its forward and backward
-    allocate per step (means), what its forward leaves alive at step end, and the outputs
-    still alive two or more steps later (at the last record)."""
+    allocate per step (means over the steps that measured them), what its forward leaves alive
+    at step end, and the outputs still alive two or more steps later (at the last record)."""
     records = [r for r in getattr(run, "module_records", []) if r.modules]
     if not records:
         return pd.DataFrame(columns=MODULE_COLUMNS)
+    nan = float("nan")
     rows = pd.DataFrame(
-        [
-            (m.path, m.calls / max(r.steps, 1), m.fwd_bytes, m.bwd_bytes, m.left_bytes)
+        [  # forward and backward bytes from the detail steps that read them (`counter` names the reading)
+            (
+                m.path,
+                m.calls / max(r.steps, 1),
+                m.fwd_bytes if r.counter else nan,
+                m.bwd_bytes if r.counter else nan,
+                m.left_bytes,
+            )
             for r in records
             for m in r.modules
         ],

@@ -99,7 +99,8 @@ def modules_section(run) -> list[str]:
         for r in t.itertuples(index=False)
     ]
     note = (
-        "<p>Means over the detail steps: the bytes each module's forward and backward allocate per step, what "
+        "<p>Means over the detail steps: the bytes each module's forward and backward allocate per step (read on "
+        "every fourth detail step), what "
         "its forward leaves alive at the step's end, and outputs still alive two or more steps later. "
         "Click a header to sort.</p>"
     )
