@@ -96,8 +96,13 @@ class MemleakWriter:
     def __init__(self, path: Path):
         self._w = RunWriter(path, overwrite=True)  # its own scratch file, written again on each repeat
         self._w.header(HEADER)
-        self.step = self._w.step
         self.close = self._w.close
+
+    def step(self, values: dict[str, Any]) -> None:
+        # flushed each step like the others: the encodings are compared (the tracker's writer
+        # batches 16 steps or half a second into one write)
+        self._w.step(values)
+        self._w.flush()
 
 
 _ABSENT = object()
@@ -276,7 +281,7 @@ def code_lines(*objs: Any) -> int:
 
 
 def formats() -> list[dict]:
-    from memleak.io import codec, reader, writer
+    from memleak.io import codec, reader, step_lines
     helpers = (_split, _frame, _no_gc)
     out = [
         dict(name="memleak", writer=MemleakWriter, reader=read_memleak,
@@ -285,9 +290,10 @@ def formats() -> list[dict]:
                           reader._read_masks, reader._fill_columns, codec.n_masks,
                           reader.split_lines, codec.Layout, reader.decode_lines, reader._check_header,
                           reader.run_from_records, reader._empty_steps),
-             writer_code=(RunWriter.step, writer._as_numbers, RunWriter._grow_layout, RunWriter._encode,
-                          RunWriter._plain_step, codec.as_number, codec.round_sig,
-                          RunWriter._emit, RunWriter._write)),
+             writer_code=(RunWriter.step, RunWriter.flush, step_lines.as_numbers, step_lines.StepLines.lines,
+                          step_lines.StepLines._steady_line, step_lines.StepLines._grow_layout,
+                          step_lines.StepLines._encode, step_lines.StepLines._plain_step, codec.as_number,
+                          codec.round_sig, RunWriter._emit, RunWriter._put)),
         dict(name="delta/orjson", writer=DeltaOrjsonWriter, reader=read_delta_orjson,
              reader_code=(read_delta_orjson, *helpers), writer_code=(DeltaOrjsonWriter.step, _policy, _round_sig)),
         dict(name="full/orjson", writer=FullOrjsonWriter, reader=read_full_orjson,

@@ -9,6 +9,8 @@ process CPU time, each where memleak spends it:
 
 - start, close: `tracker.start()` and `tracker.close()` themselves (ms);
 - first: step 0 beyond the untracked loop's step 0 (the first census at the fixed levels, first-use set-up) (ms);
+- young: steps 1..32, boundaries and hooks summed as below (level auto's start-up: it runs them as
+  level full does) (ms);
 - boundary: `tracker.step()` itself (every probe's sample, the census, the reference walks, the
   record written), per step over the steady steps 33..end (us);
 - hooks: what the probes' hooks and modes add inside the user's step: on each step that ran with
@@ -81,10 +83,11 @@ def block(model, opt, steps: int, level: str | None, out: Path) -> dict:
     return {"start": t1 - t0, "close": t3 - t2, "body": body, "call": call, "hooked": hook}
 
 
-def hook_seconds(body: list[float], hooked: list[bool], lo: int) -> float:
-    """Summed over steps lo.. that ran with hooks: the step minus the median of nearby hook-free steps."""
+def hook_seconds(body: list[float], hooked: list[bool], lo: int, hi: int | None = None) -> float:
+    """Summed over steps lo..hi-1 that ran with hooks: the step minus the median of nearby hook-free
+    steps (from lo on)."""
     total = 0.0
-    for i in range(lo, len(body)):
+    for i in range(lo, len(body) if hi is None else hi):
         if not hooked[i]:
             continue
         near = [body[j] for j in range(max(lo, i - NEAR), min(len(body), i + NEAR + 1)) if not hooked[j]]
@@ -97,8 +100,9 @@ def parts(b: dict) -> dict[str, float]:
     n = len(b["body"]) - YOUNG - 1
     boundary = sum(b["call"][YOUNG + 1 :]) / n
     hooks = hook_seconds(b["body"], b["hooked"], YOUNG + 1) / n
-    return {"start": b["start"], "first": b["body"][0] + b["call"][0], "boundary": boundary, "hooks": hooks,
-            "steady": boundary + hooks, "close": b["close"],
+    young = sum(b["call"][1 : YOUNG + 1]) + hook_seconds(b["body"], b["hooked"], 1, YOUNG + 1)
+    return {"start": b["start"], "first": b["body"][0] + b["call"][0], "young": young, "boundary": boundary,
+            "hooks": hooks, "steady": boundary + hooks, "close": b["close"],
             "hooked": sum(b["hooked"][YOUNG + 1 :]) / n}
 
 
@@ -127,14 +131,15 @@ def main(argv=None) -> int:
                 got[lv].append(block(model, opt, args.steps, lv, out))
     base = statistics.median(statistics.median(b["body"]) for b in got[None])
     print(f"cpu, {args.steps} steps a block, {args.rounds} rounds: untracked step {base * 1e6:.0f} us CPU (median)")
-    print(f"  {'level':9} {'start ms':>9} {'first ms':>9} {'boundary us':>12} {'hooks us':>9} {'steady us':>10}"
+    print(f"  {'level':9} {'start ms':>9} {'first ms':>9} {'young ms':>9} {'boundary us':>12} {'hooks us':>9}"
+          f" {'steady us':>10}"
           f" {'close ms':>9} {'x':>6} {'hooked':>7}")
     for lv in args.levels:
         rows = [parts(b) for b in got[lv]]
         m = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
         # step 0 ends inside optimizer.step() (it ends iterations until tracker.step() takes over)
         m["first"] = statistics.median(b["body"][0] + b["call"][0] - u["body"][0] for b, u in zip(got[lv], got[None]))
-        print(f"  {lv:9} {m['start'] * 1e3:9.1f} {m['first'] * 1e3:9.1f} {m['boundary'] * 1e6:12.0f} "
+        print(f"  {lv:9} {m['start'] * 1e3:9.1f} {m['first'] * 1e3:9.1f} {m['young'] * 1e3:9.1f} {m['boundary'] * 1e6:12.0f} "
               f"{m['hooks'] * 1e6:9.0f} {m['steady'] * 1e6:10.0f} {m['close'] * 1e3:9.1f} "
               f"{1 + m['steady'] / base:6.3f} {m['hooked']:7.0%}")
     return 0
