@@ -6,8 +6,8 @@ bytes, read from its nested statistics: ``torch.cuda.memory_allocated`` flattens
 them on each call; the glibc heap counter on CPU, 3 to 30 microseconds as the heap fragments) and
 add each forward's delta to its module: the activation memory that forward leaves allocated. A
 forward repeats itself, so a few steps measure it: the reads (four per module call, forward and
-backward) were most of what a detail step cost, while what the detail steps look for, outputs
-kept alive from step to step, needs every one of them. The hooks are installed for the detail
+backward) were about half of what the hooks cost a detail step on CPU, while what the detail
+steps look for, outputs kept alive from step to step, needs every one of them. The hooks are installed for the detail
 step only, and the steps between cost nothing. On detail steps the probe also
 
 - keeps weak references to each module's outputs, to count the bytes each
