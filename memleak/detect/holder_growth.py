@@ -35,6 +35,7 @@ _WHERE = {
     "lru_cache": "the lru_cache of",
     "piled_hook": "the hook-captured",
     "optimizer_attr": "the optimizer attribute",
+    "optimizer_params": "the optimizer's",
 }
 
 

@@ -110,13 +110,18 @@ def params_and_buffers(model) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
 
 
 def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
-    """Ids of parameters, gradients, buffers and optimizer state; and their storage pointers."""
+    """Ids of parameters, gradients, buffers and optimizer state; and their storage pointers.
+
+    With a model, only its parameters (and their gradients and optimizer state) are owned: a
+    parameter the optimizer keeps that no module of the model has (a group added on every step)
+    is counted where the walk finds it (`optimizer_params`). Without one, all the optimizer's are."""
     params, owned = params_and_buffers(model)
     if optimizer is not None:
-        for group in optimizer.param_groups:
-            params.extend(group["params"])  # the model's, mostly: counted once below
-        for st in optimizer.state.values():
-            if isinstance(st, dict):
+        if model is None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+        mine = {id(p) for p in params}
+        for p, st in optimizer.state.items():
+            if isinstance(st, dict) and id(p) in mine:
                 owned.extend(st.values())
     # .grad of parameters only: read on a tensor made by an op (a buffer can be one), torch warns
     owned.extend([g for g in (getattr(p, "grad", None) for p in params) if g is not None])

@@ -21,6 +21,7 @@ from .frames import is_internal, is_locals_snapshot
 from .graphs import Roots
 from .holder_stats import HolderTally
 from .identity import Ages, tensor_nbytes
+from .optimizer_params import optimizer_held
 from .reach import closure_items, default_items, fn_name
 from .walk_scope import (
     HOOK_DICTS,
@@ -195,10 +196,9 @@ class Walk(HolderTally):
         self._sequence(kept, path, holder or path, "lru_cache", weight, why)
 
     def _optimizer(self, obj, path, holder, weight, note) -> None:
-        """Its own extra lists and its hooks, never its state."""
-        why = f"an attribute {type(obj).__name__} keeps besides its state (state and param_groups are excluded)"
-        for k, v in reach.optimizer_items(obj):
-            self.push(v, f"{path}.{k}", child_holder(holder, path, k), "optimizer_attr", weight, why)
+        """Its own extra lists, the parameters it keeps that are not the model's, and its hooks."""
+        for k, v, hkind, why in optimizer_held(obj, self.exclude, self.foreign_params):
+            self.push(v, f"{path}.{k}", child_holder(holder, path, k), hkind, weight, why)
         for fn in reach.optimizer_hooks(obj):
             self._function(fn, f"a hook registered on {path}", None, "closure", weight, note)
 

@@ -1,0 +1,61 @@
+"""What an optimizer keeps that the walk counts: its own extra attributes, and the parameters
+in its ``param_groups`` that are not the tracked model's (with their gradients and the state it
+keeps for them).
+
+The model's parameters and their state are owned (`identity.excluded_ids`); a parameter the
+optimizer holds that no module of the model has is counted under ``<optimizer>.param_groups``.
+A constant set of them (a learnable loss weight) stays flat; a group added on every step
+(``add_param_group`` with a layer built inside the loop) grows, and is named there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from . import reach
+
+#: Tensors of the optimizer's groups listed at most per walk (the rest is not walked).
+_MAX_LISTED = 4096
+
+
+def stale_params(opt: Any, exclude: set[int]) -> list[torch.Tensor]:
+    """The parameters in `opt`'s param_groups that are not in `exclude` (not the model's), each
+    followed by its gradient and the state tensors the optimizer keeps for it."""
+    out: list[torch.Tensor] = []
+    state = getattr(opt, "state", None) or {}
+    for group in getattr(opt, "param_groups", None) or ():
+        for p in group.get("params", ()):
+            if not isinstance(p, torch.Tensor) or id(p) in exclude:
+                continue
+            out.append(p)
+            if p.grad is not None:
+                out.append(p.grad)
+            st = state.get(p)
+            if isinstance(st, dict):
+                out.extend(v for v in st.values() if isinstance(v, torch.Tensor))
+            if len(out) >= _MAX_LISTED:
+                return out
+    return out
+
+
+def optimizer_held(opt: Any, exclude: set[int], foreign: set[int]) -> Iterator[tuple[str, Any, str, str]]:
+    """(attribute, value, holder kind, why) for what the walk counts under an optimizer: its extra
+    attributes, and (as ``param_groups``) the parameters it keeps that are not the model's. Their
+    ids are added to `foreign` (a parameter is counted only where it is foreign)."""
+    name = type(opt).__name__
+    why = f"an attribute {name} keeps besides its state (state and param_groups are excluded)"
+    for k, v in reach.optimizer_items(opt):
+        yield k, v, "optimizer_attr", why
+    stale = stale_params(opt, exclude)
+    if stale:
+        foreign.update(id(t) for t in stale if isinstance(t, torch.nn.Parameter))
+        yield (
+            "param_groups",
+            stale,
+            "optimizer_params",
+            f"parameters {name} keeps in its param_groups that are not the model's (with their "
+            "gradients and its state for them)",
+        )

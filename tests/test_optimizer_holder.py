@@ -1,0 +1,99 @@
+"""Parameters the optimizer keeps that are not the model's (``add_param_group`` on every step):
+counted and named under ``<optimizer>.param_groups`` (probes/optimizer_params.py), while the
+model's own parameters, gradients and optimizer state stay owned (probes/identity.py)."""
+from __future__ import annotations
+
+import sys
+
+import memleak
+import torch
+from torch import nn
+
+from memleak.detect.culprit_fixes import _container_fix
+from memleak.probes.holders import walk_roots
+from memleak.probes.identity import Ages, excluded_ids
+from memleak.probes.optimizer_params import stale_params
+
+
+def _grown(steps: int):
+    """A model and an Adam that gained a fresh adapter group on each of `steps` steps."""
+    model = nn.Linear(8, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        adapter = nn.Linear(8, 8)
+        opt.add_param_group({"params": adapter.parameters()})
+        opt.zero_grad()
+        model(adapter(torch.ones(3, 8))).sum().backward()
+        opt.step()
+    return model, opt
+
+
+def test_only_the_models_parameters_and_their_state_are_owned():
+    model, opt = _grown(3)
+    ids, _ = excluded_ids(model, opt)
+    for p in model.parameters():
+        assert id(p) in ids and all(id(v) in ids for v in opt.state[p].values())
+    foreign = [p for g in opt.param_groups[1:] for p in g["params"]]
+    assert len(foreign) == 6
+    assert not any(id(p) in ids for p in foreign)
+    assert not any(id(v) in ids for p in foreign for v in opt.state[p].values())
+
+
+def test_without_a_model_every_optimizer_parameter_is_owned():
+    _, opt = _grown(2)
+    ids, _ = excluded_ids(None, opt)
+    assert all(id(p) in ids for g in opt.param_groups for p in g["params"])
+    assert all(id(v) in ids for st in opt.state.values() for v in st.values())
+
+
+def test_stale_params_list_each_with_its_gradient_and_state():
+    model, opt = _grown(2)
+    ids, _ = excluded_ids(model, opt)
+    stale = stale_params(opt, ids)
+    # two groups of (weight, bias); each with exp_avg, exp_avg_sq, step; the last group's grads too
+    assert len(stale) == 2 * 2 * 4 + 2
+    assert {id(t) for t in stale} >= {id(p) for g in opt.param_groups[1:] for p in g["params"]}
+
+
+def test_the_walk_names_the_optimizers_param_groups_and_they_grow():
+    counts = []
+    for steps in (2, 6):
+        model, opt = _grown(steps)
+        ids, _ = excluded_ids(model, opt)
+        h = walk_roots(step=9, model=model, optimizer=opt, ages=Ages(), exclude=ids, frames=[sys._getframe()]).holders
+        st = h["opt.param_groups"]
+        assert st.kind == "optimizer_params" and "not the model's" in st.note
+        counts.append(st.count)
+        assert not any("state" in k for k in h), list(h)
+    assert counts[1] > 2 * counts[0]
+
+
+def test_a_model_trained_by_its_optimizer_alone_has_no_param_groups_holder():
+    model = nn.Linear(8, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.ones(3, 8)).sum().backward()
+    opt.step()
+    ids, _ = excluded_ids(model, opt)
+    h = walk_roots(step=3, model=model, optimizer=opt, ages=Ages(), exclude=ids, frames=[sys._getframe()]).holders
+    assert not any("param_groups" in k for k in h), list(h)
+
+
+def test_a_tracked_run_names_the_group_added_every_step():
+    model = nn.Linear(64, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(20):
+            adapter = nn.Linear(64, 64)
+            opt.add_param_group({"params": adapter.parameters()})
+            opt.zero_grad()
+            model(adapter(torch.ones(8, 64))).sum().backward()
+            opt.step()
+            tracker.step()
+    top = tracker.report().suspects[0]
+    assert "opt.param_groups" in top.location
+    assert "add_param_group" in top.fix
+
+
+def test_the_fix_says_how_to_stop_adding_groups():
+    fix = _container_fix("opt.param_groups", "optimizer_params", "")
+    assert "add_param_group" in fix and "before the loop" in fix
