@@ -168,7 +168,9 @@ class HolderRow(_Record):
     """One holder at one walk: a variable, attribute, container or closure cell holding tensors."""
 
     holder: str  # the path a person would type: `history`, `metric.preds`, `blocks.1.attn.cache`
-    kind: str = ""  # local, global, module_attr, closure, optimizer_attr, optimizer_params, hook, ...
+    # local, global, class_attr, module_attr, closure, optimizer_attr, optimizer_params, default_arg, hook,
+    # lru_cache, ...
+    kind: str = ""
     count: float = 0  # tensors held (one decimal: a long container's are estimated from its ends)
     bytes: int = 0  # bytes of their storages
     grad: float = 0  # of them, tensors with a grad_fn
