@@ -49,6 +49,18 @@ def _iterator_name(iterators: list[str]) -> str:
     return "".join(f"{n}(" for n in reversed(iterators)) + "..." + ")" * len(iterators)
 
 
+def _unreferenced(refs: list, ours: set[int]) -> bool:
+    """Nothing but this climb refers to the object (cells: this module's own, by which its
+    generator expressions close over the target)."""
+    return all(id(r) in ours or isinstance(r, types.CellType) for r in refs)
+
+
+def _frame_name(r, target, stack: set[int]) -> str:
+    """`target` as a suspended generator's local, or a local of a frame a traceback keeps."""
+    f = r if isinstance(r, types.FrameType) else (getattr(r, "gi_frame", None) or getattr(r, "cr_frame", None))
+    return frame_holder(f, target, stack) if f is not None else ""
+
+
 def name_by_referrers(ref, depth: int = 6) -> str:
     """A name for what holds a tensor the root walk did not reach, climbing gc referrers (costly:
     each step scans every object). An attribute of an object is named ``Type.attr`` (an autograd
@@ -64,25 +76,14 @@ def name_by_referrers(ref, depth: int = 6) -> str:
     for _ in range(depth):
         refs = gc.get_referrers(target)
         ours.add(id(refs))
-        # (cells: this function's own, which its generator expressions close over `target` by)
-        if (
-            iterators
-            and iterators[-1] == type(target).__name__
-            and all(id(r) in ours or isinstance(r, types.CellType) for r in refs)
-        ):
+        if iterators and iterators[-1] == type(target).__name__ and _unreferenced(refs, ours):
             return _iterator_name(iterators)
         found: object = None
         for r in refs:
             if id(r) in ours:
                 continue
             if isinstance(r, (types.FrameType, types.GeneratorType, types.CoroutineType)):
-                # a suspended generator's local, or a local of a frame a traceback keeps
-                f = (
-                    r
-                    if isinstance(r, types.FrameType)
-                    else (getattr(r, "gi_frame", None) or getattr(r, "cr_frame", None))
-                )
-                name = frame_holder(f, target, stack) if f is not None else ""
+                name = _frame_name(r, target, stack)
                 if name:
                     return ".".join([name, *chain])
                 continue
