@@ -122,6 +122,13 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"values (`.detach()`) keyed on plain values (a length, a shape), give it a small `maxsize`, or "
             f"call `{holder}.cache_clear()`{grad}."
         )
+    if "(...)" in holder:  # an iterator no variable names: a `for` loop's own (probes/referrers.py)
+        return (
+            f"`{holder}`, the iterator of a `for` loop, keeps what it has yielded: `itertools.cycle` saves every "
+            f"item to replay it (a DataLoader makes new tensors for every batch) and `itertools.tee` keeps what "
+            f"one copy has not read. Iterate the loader anew at each pass (`while True: for batch in loader: "
+            f"...`), or call `iter(loader)` again on `StopIteration`{grad}."
+        )
     if hkind == "default_arg":
         return (
             f"`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "

@@ -36,31 +36,54 @@ def _attribute_of(owner: object, target: object) -> str:
     return next((str(k) for k, v in d.items() if v is target), "")
 
 
-def name_by_referrers(ref, depth: int = 4) -> str:
+def _is_iterator(obj: object) -> bool:
+    """An iterator of a C type (``itertools.cycle``, ``tee``, ``zip``, ``map``): no attributes to
+    name it by, but it may keep what it yields (``cycle`` saves every item to replay it)."""
+    t = type(obj)
+    return hasattr(t, "__next__") and not hasattr(obj, "__dict__") and not isinstance(obj, types.GeneratorType)
+
+
+def _iterator_name(iterators: list[str]) -> str:
+    """Iterators climbed, innermost first, as the expression that built them: ``zip(cycle(...))``,
+    when nothing refers to the outermost: it is a running ``for`` loop's own iterator."""
+    return "".join(f"{n}(" for n in reversed(iterators)) + "..." + ")" * len(iterators)
+
+
+def _unreferenced(refs: list, ours: set[int]) -> bool:
+    """Nothing but this climb refers to the object (cells: this module's own, by which its
+    generator expressions close over the target)."""
+    return all(id(r) in ours or isinstance(r, types.CellType) for r in refs)
+
+
+def _frame_name(r, target, stack: set[int]) -> str:
+    """`target` as a suspended generator's local, or a local of a frame a traceback keeps."""
+    f = r if isinstance(r, types.FrameType) else (getattr(r, "gi_frame", None) or getattr(r, "cr_frame", None))
+    return frame_holder(f, target, stack) if f is not None else ""
+
+
+def name_by_referrers(ref, depth: int = 6) -> str:
     """A name for what holds a tensor the root walk did not reach, climbing gc referrers (costly:
     each step scans every object). An attribute of an object is named ``Type.attr`` (an autograd
-    Function's ctx ``Function.ctx.attr``), a module global by its name; containers are climbed."""
+    Function's ctx ``Function.ctx.attr``), a module global by its name; containers and iterators
+    are climbed, and an iterator nothing refers to (a ``for`` loop's) is named as it was built."""
     target: Any = ref()
     if target is None:
         return ""
     chain: list[str] = []
+    iterators: list[str] = []  # the C iterators climbed, innermost first
     ours: set[int] = set()
     stack = stack_ids()
     for _ in range(depth):
         refs = gc.get_referrers(target)
         ours.add(id(refs))
+        if iterators and iterators[-1] == type(target).__name__ and _unreferenced(refs, ours):
+            return _iterator_name(iterators)
         found: object = None
         for r in refs:
             if id(r) in ours:
                 continue
             if isinstance(r, (types.FrameType, types.GeneratorType, types.CoroutineType)):
-                # a suspended generator's local, or a local of a frame a traceback keeps
-                f = (
-                    r
-                    if isinstance(r, types.FrameType)
-                    else (getattr(r, "gi_frame", None) or getattr(r, "cr_frame", None))
-                )
-                name = frame_holder(f, target, stack) if f is not None else ""
+                name = _frame_name(r, target, stack)
                 if name:
                     return ".".join([name, *chain])
                 continue
@@ -81,6 +104,10 @@ def name_by_referrers(ref, depth: int = 4) -> str:
                 break
             if isinstance(r, (list, tuple, set, frozenset, collections.deque)):
                 found = r
+                break
+            if _is_iterator(r):
+                found = r
+                iterators.append(type(r).__name__)
                 break
             attr = _attribute_of(r, target)
             if attr:  # Python 3.11+ keeps an object's attributes inline: the object itself refers

@@ -32,6 +32,8 @@ from .walk_scope import (
     SEQUENCES,
     SKIP_PACKAGES,
     TENSOR_HOOK_DICTS,
+    c_fields,
+    c_note,
     child_holder,
     filled_slots,
     is_ndarray,
@@ -210,14 +212,8 @@ class Walk(HolderTally):
         # a function reached by name: its cells are variables of the enclosing function, which may
         # have returned long ago; name them by variable and owner, not as attributes of the function
         for name, value in closure_items(fn):
-            self.push(
-                value,
-                name,
-                reach.closure_holder(fn, name),
-                "closure",
-                weight,
-                reach.closure_note(fn, name, path or None),
-            )
+            why = reach.closure_note(fn, name, path or None)
+            self.push(value, name, reach.closure_holder(fn, name), "closure", weight, why)
 
     def _frame_owner(self, obj, path, holder, kind, weight, note) -> None:
         if isinstance(obj, BaseException):  # its traceback keeps the frames it passed through
@@ -264,6 +260,8 @@ class Walk(HolderTally):
             v = getattr(obj, k, None)
             if v is not None:
                 self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
+        for v in c_fields(obj):  # an object of a C type (itertools.cycle, tee): its unnamed fields
+            self.push(v, path + "[...]", holder or path, kind, weight, note or c_note(obj))
 
     # -- containers: long ones are sampled at both ends
     def _sequence(self, obj, path, holder, kind, weight, note) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import gc
 import sys
 from typing import Any
 
@@ -101,6 +102,25 @@ NAME_ALL_UP_TO = 100_000
 
 def top_package(obj_type: type) -> str:
     return (getattr(obj_type, "__module__", None) or "builtins").partition(".")[0]
+
+
+def c_fields(obj) -> list:
+    """What an object of a C type keeps in fields that have no names, as the garbage collector
+    sees them: ``itertools.cycle`` keeps every item it has yielded (to replay them), ``itertools.tee``
+    the items one of its iterators has not read yet. Empty for an object with a ``__dict__`` or
+    ``__slots__`` (its fields have names) and for the types of the packages the walk skips."""
+    t = type(obj)
+    if hasattr(obj, "__dict__") or getattr(t, "__slots__", None) or top_package(t) in SKIP_PACKAGES:
+        return []
+    return [r for r in gc.get_referents(obj) if r is not t]
+
+
+def c_note(obj) -> str:
+    t = type(obj)
+    return (
+        f"kept inside a {t.__module__}.{t.__qualname__}, an object of a C type that keeps items in fields of its "
+        "own (itertools.cycle saves every item it yields, to replay them; tee what one copy has not read yet)"
+    )
 
 
 def child_holder(holder: str | None, path: str, key: str | None, full: str | None = None) -> str | None:
