@@ -98,23 +98,9 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"tensors every step: append a number (`loss.item()`) or a detached copy (`t.detach().cpu()`), "
             f"bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
         )
-    if hkind == "optimizer_params":
-        return (
-            f"`{holder}` gains parameters every step that are not the model's, and the optimizer keeps each with "
-            f"its gradient and state (Adam's exp_avg/exp_avg_sq) for as long as it lives: build the layer or "
-            f"parameter once, before the loop, instead of calling `add_param_group` on every step; or remove "
-            f"the stale group (and its `optimizer.state` entries) when its parameters are replaced, or rebuild "
-            f"the optimizer over the current parameters only."
-        )
-    if hkind == "optimizer_attr":
-        return (
-            f"`{holder}` is a container the optimizer keeps besides its state, and it gains a tensor every "
-            f"step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or clear it after "
-            f"logging{grad}."
-        )
-    hooked = _hook_fix(holder, hkind, grad)
-    if hooked:
-        return hooked
+    kept = _optimizer_fix(holder, hkind, grad) or _hook_fix(holder, hkind, grad)
+    if kept:
+        return kept
     if hkind == "lru_cache":
         return (
             f"`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
@@ -152,6 +138,25 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
         f"`{holder}` gains tensors every step: append a number (`loss.item()`) or a detached copy "
         f"(`t.detach().cpu()`), bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
     )
+
+
+def _optimizer_fix(holder: str, hkind: str, grad: str) -> str:
+    """The fix for what an optimizer keeps besides the model's state, else ''."""
+    if hkind == "optimizer_params":
+        return (
+            f"`{holder}` gains parameters every step that are not the model's, and the optimizer keeps each with "
+            f"its gradient and state (Adam's exp_avg/exp_avg_sq) for as long as it lives: build the layer or "
+            f"parameter once, before the loop, instead of calling `add_param_group` on every step; or remove "
+            f"the stale group (and its `optimizer.state` entries) when its parameters are replaced, or rebuild "
+            f"the optimizer over the current parameters only."
+        )
+    if hkind == "optimizer_attr":
+        return (
+            f"`{holder}` is a container the optimizer keeps besides its state, and it gains a tensor every "
+            f"step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or clear it after "
+            f"logging{grad}."
+        )
+    return ""
 
 
 def _hook_fix(holder: str, hkind: str, grad: str) -> str:
