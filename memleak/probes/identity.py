@@ -132,10 +132,8 @@ def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
         if not isinstance(t, torch.Tensor) or id(t) in ids:
             continue
         ids.add(id(t))
-        local = getattr(t, "_local_tensor", None)  # a sharded (FSDP2) tensor: its shard is what this rank holds
-        if isinstance(local, torch.Tensor):
-            ids.add(id(local))
-            t = local
+        t = local_tensor(t)  # a sharded (FSDP2) tensor: its shard is what this rank holds
+        ids.add(id(t))
         try:
             # parameters, gradients and optimizer state are whole storages: data_ptr is the
             # storage's pointer, and much cheaper than building the storage object

@@ -165,18 +165,17 @@ class ModuleProbe(Probe):
         i = self.index.get(id(module))
         if i is None:  # a module of another model, or a copy of one of ours
             return
-        if not self.measure:  # the pre-hook is in only while measuring
+        if not self.measure:  # the pre-hook is in only while measuring (a detail step)
             return
         self.stack.append(self.count())
-        if self.detail:
-            try:
-                for t in _tensors(inputs, 2):
-                    gf = t.grad_fn
-                    if gf is not None:
-                        self.node_handles.append(gf.register_prehook(self.bw_end[i]))
-                        break
-            except Exception:  # a hook must never break the user's forward
-                pass
+        try:
+            for t in _tensors(inputs, 2):
+                gf = t.grad_fn
+                if gf is not None:
+                    self.node_handles.append(gf.register_prehook(self.bw_end[i]))
+                    break
+        except Exception:  # a hook must never break the user's forward
+            pass
 
     def _post(self, module, inputs, output):
         if torch.compiler.is_compiling():
@@ -196,10 +195,11 @@ class ModuleProbe(Probe):
                 for t in _tensors(output):
                     _, nb = tensor_nbytes(t)
                     self.outputs.append((weakref.ref(t), i, self.detail_step, nb))
-                for t in _tensors(output, 1) if self.measure else ():
-                    gf = t.grad_fn
-                    if gf is not None:
-                        self.node_handles.append(gf.register_prehook(self.bw_start[i]))
+                if self.measure:  # the backward's bytes are read only on a measured step
+                    for t in _tensors(output, 1):
+                        gf = t.grad_fn
+                        if gf is not None:
+                            self.node_handles.append(gf.register_prehook(self.bw_start[i]))
             except Exception:  # a hook must never break the user's forward
                 pass
 

@@ -46,7 +46,7 @@ def optimizer_held(opt: Any, exclude: set[int], foreign: set[int]) -> Iterator[t
     attributes, and (as ``param_groups``) the parameters it keeps that are not the model's. Their
     ids are added to `foreign` (a parameter is counted only where it is foreign)."""
     name = type(opt).__name__
-    why = f"an attribute {name} keeps besides its state (state and param_groups are excluded)"
+    why = f"an attribute {name} keeps besides its state (the model's parameters and their state are not counted)"
     for k, v in reach.optimizer_items(opt):
         yield k, v, "optimizer_attr", why
     stale = stale_params(opt, exclude)
