@@ -105,12 +105,13 @@ DETAIL_EVENT = "detail"
 
 
 class DetailReason(StrEnum):
-    """Why the auto level turned full detail on (or, for WINDOW_END, off)."""
+    """Why the auto level turned full detail on (or, for WINDOW_END and QUIET, off)."""
 
     START = "start"  # the first steps of every run, recorded as at level full
     GROWTH = "growth"  # the growth screen saw memory start to rise
     SAMPLE = "sample"  # a sampled window, paid for by the auto level's time budget
     WINDOW_END = "window_end"  # the window took its samples: back to counters
+    QUIET = "quiet"  # the young steps saw nothing surviving or growing: back to counters early
 
 
 class Boundary(StrEnum):

@@ -228,3 +228,22 @@ class HolderTally:
             st._grad_fns = []
             st._out_nrs = []
             st._storages = {}
+
+
+def holder_sizes(holders: dict[str, HolderStats], buffers: dict[str, list], owned: int) -> dict[str, tuple]:
+    """What a walk found held, as `grew` compares it: per holder its tensors, bytes (tensors' and
+    Python data's) and autograd graph nodes; per buffer of the model its elements and bytes; and
+    how many tensors the model and optimizer own (a model that adds layers as it runs)."""
+    sizes: dict[str, tuple] = {name: (h.count, h.nbytes + h.obj_bytes, h.nodes) for name, h in holders.items()}
+    sizes.update((f"buffer {path}", tuple(size)) for path, size in buffers.items())
+    sizes["owned tensors"] = (owned,)
+    return sizes
+
+
+def grew(before: dict[str, tuple], after: dict[str, tuple]) -> bool:
+    """Whether a holder found by both walks holds more of anything in the second."""
+    for name, now in after.items():
+        was = before.get(name)
+        if was is not None and any(a > b for a, b in zip(now, was, strict=True)):
+            return True
+    return False

@@ -43,6 +43,7 @@ from ..schema import RecordType
 from . import Probe, ProbeContext
 from .budget import young_gap
 from .frames import user_frames, user_site
+from .holder_stats import grew, holder_sizes
 from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
 from .referrers import name_by_referrers
@@ -55,6 +56,8 @@ MAX_COHORTS = 12
 MAX_REFERRER_LOOKUPS = 3
 # Deep steps come at least this often, whatever they cost (a leak needs a few samples to show).
 MAX_GAP = 6
+# A young run may end early (`quiet`) only after this many deep steps saw nothing.
+QUIET_CHECKS = 4
 # In the auto level's windows, every other step is deep (the densest the survivor check allows:
 # a tensor counts as surviving once it is two steps old).
 WINDOW_GAP = 2
@@ -86,6 +89,9 @@ class TensorProbe(Probe):
         self.referrer_lookups = 0
         self.named_sites: dict[str, str] = {}
         self.site_holders: dict[str, str] = {}  # site -> the holder a walk last named for its survivors
+        self.checks = 0  # deep steps sampled (the final check aside)
+        self.seen = False  # a tensor survived its step, a graph its backward, or a holder grew
+        self.sizes: dict[str, tuple] = {}  # per holder, what the last walk found it holding
         # Under torch.compile a mode or saved-tensor hook would break graphs or force recompiles:
         # only the reference walk runs then.
         self.tagging = not is_compiled(ctx.model_ref())
@@ -177,6 +183,10 @@ class TensorProbe(Probe):
         with torch._C.DisableTorchFunction():
             self._deep_sample(step, final=True)
 
+    def quiet(self) -> bool:
+        """A few deep steps, and nothing surviving or growing in any of them."""
+        return self.checks >= QUIET_CHECKS and not self.seen
+
     def _give_up(self, why: str) -> None:
         if self.tagging:
             self.tagging = False
@@ -236,6 +246,10 @@ class TensorProbe(Probe):
             self._check_saved(step, ptrs)
             return
         self.prev_roots = walk.roots
+        sizes = holder_sizes(walk.holders, walk.buffers, len(exclude))
+        self.seen = self.seen or grew(self.sizes, sizes)
+        self.sizes = sizes
+        self.checks += 1
         self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds).to_dict())
         self._check_births(step, exclude, ptrs, walk.tensor_holder, self.named_sites)
         self._check_saved(step, ptrs)
@@ -253,6 +267,7 @@ class TensorProbe(Probe):
         if found.unnamed and self.referrer_lookups < MAX_REFERRER_LOOKUPS:
             self._name_by_referrers(found)
         cohorts = birth_cohorts(found.groups, found.cycles)
+        self.seen = self.seen or bool(cohorts)
         self._drop_old_births()
         # gen-2 collections so far: survivors that die all at once when one runs were held by a cycle
         rec = BirthsRecord(step=step, cohorts=tuple(cohorts[:200]), gc2=gc.get_stats()[2]["collections"])
@@ -282,6 +297,7 @@ class TensorProbe(Probe):
 
     def _check_saved(self, step: int, ptrs: set[int]) -> None:
         self.saved, cohorts = saved_cohorts(self.saved, step, ptrs)
+        self.seen = self.seen or bool(cohorts)
         tagged = {str(k): list(v) for k, v in self.saved_tagged.items()}
         self.ctx.emit(RecordType.SAVED, SavedRecord(step=step, cohorts=tuple(cohorts), tagged=tagged).to_dict())
         if len(self.saved_tagged) > MAX_COHORTS:

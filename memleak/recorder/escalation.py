@@ -4,7 +4,11 @@ detail in windows.
 Young runs (`YOUNG_STEPS`): the first steps run as level full does (each sampled probe on its
 own time budget; the census alone waits for the first window), so a short run (a test, a
 script, a job that fails early) gets the same evidence, and the same verdict, as at full. It is
-a start-up cost: at 2 000 steps it is about a sixtieth of the run, at 200 steps a sixth.
+a start-up cost, so a young run that shows nothing ends early (`QUIET_AT`): once the tensor
+probe's deep steps (four at least) found no tensor surviving its step, no graph outliving its
+backward and no holder holding more from one walk to the next (`Probe.quiet`), and the growth
+screen sees nothing rising since step 0. Most runs leak nothing, and they pay for 8 young steps,
+not 32; a run where anything survives or grows keeps all 32, the same evidence as at full.
 
 After that, a window turns the sampled probes on (module hooks, creation-site tagging,
 saved-tensor tracking, the reference walk; `Probe.set_detail`), each at its densest, a detail
@@ -39,7 +43,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..detect.thresholds import min_rel_growth
@@ -49,10 +53,15 @@ from .live import kendall_tau
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..probes import Probe
+
 #: Steps a window lasts...
 WINDOW_STEPS = 10
-#: The first steps run as level full does (a start-up cost every run pays).
+#: The first steps run as level full does (a start-up cost every run pays)...
 YOUNG_STEPS = 32
+#: ...but from this step on, they end as soon as the probes saw nothing surviving or growing
+#: (`Probe.quiet`) and the growth screen sees nothing rising.
+QUIET_AT = 8
 #: Each detail step is taken to cost at least this share of a plain step, whatever was measured
 #: (on a loaded machine the measure is mostly noise, and noise must not make windows free).
 DETAIL_FLOOR = 0.3
@@ -162,15 +171,20 @@ class AutoLevel:
         return max(self.detail_seconds - plain, DETAIL_FLOOR * plain)
 
     def after(
-        self, step: int, seconds: float, elapsed: float, series: Mapping[str, array]
+        self, step: int, seconds: float, elapsed: float, series: Mapping[str, array], probes: Sequence[Probe] = ()
     ) -> tuple[bool | None, DetailReason] | None:
         """`step` ended and took `seconds` (memleak's sampling included), `elapsed` seconds into the
-        run; `series` are the live check's columns. A change of detail from the next step, or None."""
+        run; `series` are the live check's columns, `probes` the tracker's (none: the young steps
+        never end early). A change of detail from the next step, or None."""
         nxt = step + 1
         if self.on:
             if not self.young:
                 self.detail_seconds += seconds
                 self.detail_steps += 1
+            elif QUIET_AT <= nxt < self.until and probes and all(p.quiet() for p in probes) and not screen(series):
+                self.until = nxt
+                self.on = self.young = False
+                return False, DetailReason.QUIET
             if nxt < self.until:
                 return None
             self.on = self.young = False

@@ -319,7 +319,7 @@ class Tracker:
             # or the sink kept or wrote steps: the others skip the read (~25 us)
             self._own_bytes += heap() - heap0
         if self._auto is not None:
-            change = self._auto.after(step, seconds + sampled, now - self._t0, live.series)
+            change = self._auto.after(step, seconds + sampled, now - self._t0, live.series, self._probes)
             if change is not None:
                 self._set_detail(step + 1, *change)
         self._step = step = step + 1

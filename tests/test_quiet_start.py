@@ -1,0 +1,129 @@
+"""Level auto's young steps end early on a run where nothing survives or grows (`QUIET_AT`), and
+last their full length where anything does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import memleak
+from memleak.probes import Probe
+from memleak.probes.holder_stats import grew
+from memleak.recorder import escalation
+from memleak.recorder.escalation import AutoLevel
+from memleak.schema import DetailReason
+from tests.helpers import make_model
+from tests.test_auto_level import _series
+
+
+def _loop(steps: int, step_fn) -> memleak.Report:
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memleak.track(model, optimizer=opt) as tracker:
+        for _ in range(steps):
+            loss = model(torch.randn(8, 64)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step_fn(model, loss)
+            tracker.step()
+    return tracker.report()
+
+
+def test_a_clean_loop_pays_for_eight_young_steps_not_thirty_two():
+    report = _loop(40, lambda model, loss: None)
+    spans = report.run.detail_spans()
+    q = escalation.QUIET_AT
+    assert spans[:2] == [(0, q - 1, "full", "start"), (q, 39, "counters", "quiet")], spans
+    assert report.verdict.value == "clean", str(report)
+    assert f"full detail on steps 0-{q - 1} (start)" in str(report)
+
+
+class _Cache:
+    def __init__(self):
+        self.kept = []
+        self.buf = torch.zeros(0)
+        self.history: list[float] = []
+
+
+def _keep(c, model, loss):
+    c.kept.append(loss)
+
+
+def _rebuild(c, model, loss):  # each step's cat frees the last one: nothing survives, but the holder grows
+    c.buf = torch.cat([c.buf, loss.detach()[None]])
+
+
+def _log(c, model, loss):
+    c.history.extend([loss.item()] * 50)
+
+
+def _grow_buffer(c, model, loss):  # a model's own buffer, rebuilt larger
+    old = getattr(model, "seen", torch.zeros(0))
+    model.register_buffer("seen", torch.cat([old, loss.detach()[None]]))
+
+
+def _add_parameter(c, model, loss):  # a model that owns more tensors every step
+    model.register_parameter(f"extra{len(list(model.parameters()))}", torch.nn.Parameter(torch.zeros(4)))
+
+
+@pytest.mark.parametrize(
+    "store",
+    [_keep, _rebuild, _log, _grow_buffer, _add_parameter],
+    ids=["survivors", "rebuilt_larger", "python_data", "model_buffer", "model_parameters"],
+)
+def test_the_young_steps_go_on_while_anything_survives_or_grows(store):
+    cache = _Cache()
+    spans = _loop(40, lambda model, loss: store(cache, model, loss)).run.detail_spans()
+    assert spans[0] == (0, escalation.YOUNG_STEPS - 1, "full", "start"), spans
+
+
+class _Probe(Probe):
+    def __init__(self, quiet: bool):
+        self._quiet = quiet
+
+    def quiet(self) -> bool:
+        return self._quiet
+
+
+def _first_change(probes, heap) -> tuple:
+    auto = AutoLevel()
+    auto.begin()
+    for step in range(len(heap)):
+        change = auto.after(step, 0.01, 0.01 * step, _series(heap[: step + 1]), probes)
+        if change is not None:
+            return (step + 1, *change)
+    return ()
+
+
+def test_every_probe_must_be_quiet_and_the_screen_see_no_rise():
+    rng = np.random.default_rng(0)
+    flat = list(1e8 + rng.integers(-4096, 4096, size=60).astype(float))
+    rising = [1e8 + 50_000 * i for i in range(60)]
+    young_end = (escalation.YOUNG_STEPS, False, DetailReason.WINDOW_END)
+    assert _first_change([_Probe(True), _Probe(True)], flat) == (escalation.QUIET_AT, False, DetailReason.QUIET)
+    assert _first_change([_Probe(True), _Probe(False)], flat) == young_end
+    assert _first_change([_Probe(True)], rising)[0] == escalation.YOUNG_STEPS  # then a growth window
+    assert _first_change([], flat) == young_end  # no probes asked: the young steps run their length
+
+
+def test_the_tensor_probe_is_quiet_only_after_a_few_deep_steps():
+    from memleak.probes.tensors import QUIET_CHECKS, TensorProbe
+
+    probe = TensorProbe()
+    probe.checks, probe.seen = QUIET_CHECKS - 1, False
+    assert not probe.quiet()
+    probe.checks = QUIET_CHECKS
+    assert probe.quiet()
+    probe.seen = True
+    assert not probe.quiet()
+
+
+def test_a_holder_grew_when_it_holds_more_of_anything_in_the_later_walk():
+    before = {"a": (1, 100, 5)}
+    assert not grew(before, {"a": (1, 100, 5)})
+    assert not grew(before, {"a": (1, 90, 5), "new": (9, 9000, 9)})  # smaller, or only in one walk
+    assert grew(before, {"a": (2, 100, 5)})  # more tensors
+    assert grew(before, {"a": (1, 101, 5)})  # more bytes
+    assert grew(before, {"a": (1, 100, 6)})  # a longer graph
