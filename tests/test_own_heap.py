@@ -52,3 +52,28 @@ def test_a_counters_step_keeps_no_heap_but_the_live_columns_growth(tmp_path, mon
     other = [b for g, b in kept if not g]
     assert grew and sum(grew) > 0  # the columns did grow, and a read there sees it
     assert sum(abs(b) for b in other[50:]) <= 1024, [(i, b) for i, (g, b) in enumerate(kept) if b and not g]
+
+
+def test_what_the_auto_levels_screen_first_allocates_is_memleaks_own(tmp_path):
+    """Its first call (the young steps' quiet check) imports and sets up what it needs, once a
+    process: a fresh interpreter, so that nothing ran it before."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import torch, memleak
+        model = torch.nn.Linear(64, 64)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with memleak.track(model, optimizer=opt, out={str(tmp_path / "run")!r}) as tr:
+            for _ in range(40):
+                model(torch.randn(32, 64)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
+    steps = memleak.load(tmp_path / "run").steps
+    net = (steps["heap_bytes"] - steps["memleak_bytes"].fillna(0)).to_numpy()
+    rises = zip(steps["step"][2:], net[2:] - net[1:-1], strict=True)
+    jumps = [(int(s), int(d)) for s, d in rises if abs(d) > 256 * 1024]
+    assert not jumps, jumps  # the user's loop allocates nothing that lasts after its first step

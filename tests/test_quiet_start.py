@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import memleak
+from memleak.detect.thresholds import MIN_DATA_BPS
 from memleak.probes import Probe
-from memleak.probes.holder_stats import grew
+from memleak.probes.holder_stats import compare_sizes
 from memleak.recorder import escalation
 from memleak.recorder.escalation import AutoLevel
 from memleak.schema import DetailReason
@@ -55,8 +56,8 @@ def _rebuild(c, model, loss):  # each step's cat frees the last one: nothing sur
     c.buf = torch.cat([c.buf, loss.detach()[None]])
 
 
-def _log(c, model, loss):
-    c.history.extend([loss.item()] * 50)
+def _log(c, model, loss):  # faster than a detector names Python data (MIN_DATA_BPS)
+    c.history.extend([str(loss.item()) * 10 for _ in range(50)])
 
 
 def _grow_buffer(c, model, loss):  # a model's own buffer, rebuilt larger
@@ -83,7 +84,7 @@ class _Probe(Probe):
     def __init__(self, quiet: bool):
         self._quiet = quiet
 
-    def quiet(self) -> bool:
+    def quiet(self, min_data_bps: float) -> bool:
         return self._quiet
 
 
@@ -112,18 +113,28 @@ def test_the_tensor_probe_is_quiet_only_after_a_few_deep_steps():
     from memleak.probes.tensors import QUIET_CHECKS, TensorProbe
 
     probe = TensorProbe()
-    probe.checks, probe.seen = QUIET_CHECKS - 1, False
-    assert not probe.quiet()
+    probe.checks, probe.seen, probe.data_bps = QUIET_CHECKS - 1, False, 0.0
+    assert not probe.quiet(MIN_DATA_BPS)
     probe.checks = QUIET_CHECKS
-    assert probe.quiet()
-    probe.seen = True
-    assert not probe.quiet()
+    assert probe.quiet(MIN_DATA_BPS)
+    probe.data_bps = MIN_DATA_BPS
+    assert not probe.quiet(MIN_DATA_BPS)
+    probe.data_bps, probe.seen = 0.0, True
+    assert not probe.quiet(MIN_DATA_BPS)
 
 
-def test_a_holder_grew_when_it_holds_more_of_anything_in_the_later_walk():
-    before = {"a": (1, 100, 5)}
-    assert not grew(before, {"a": (1, 100, 5)})
-    assert not grew(before, {"a": (1, 90, 5), "new": (9, 9000, 9)})  # smaller, or only in one walk
-    assert grew(before, {"a": (2, 100, 5)})  # more tensors
-    assert grew(before, {"a": (1, 101, 5)})  # more bytes
-    assert grew(before, {"a": (1, 100, 6)})  # a longer graph
+def test_a_holder_grew_when_it_holds_more_tensors_bytes_or_nodes_in_the_later_walk():
+    before = {"a": (1, 100, 5, 0), "data": (0, 0, 0, 1000)}
+    assert compare_sizes(before, dict(before)) == (False, 0)
+    # smaller, or only in one walk
+    assert compare_sizes(before, {"a": (1, 90, 5, 0), "new": (9, 9000, 9, 9000)}) == (False, 0)
+    assert compare_sizes(before, {"a": (2, 100, 5, 0)})[0]  # more tensors
+    assert compare_sizes(before, {"a": (1, 101, 5, 0)})[0]  # more bytes
+    assert compare_sizes(before, {"a": (1, 100, 6, 0)})[0]  # a longer graph
+    assert compare_sizes(before, {"data": (0, 0, 0, 5000)}) == (False, 4000)  # plain data: its gain
+
+
+def test_a_loop_that_logs_a_few_numbers_a_step_still_ends_its_young_steps_early():
+    history: list[float] = []
+    spans = _loop(40, lambda model, loss: history.append(loss.item())).run.detail_spans()
+    assert spans[0] == (0, escalation.QUIET_AT - 1, "full", "start"), spans

@@ -26,10 +26,8 @@ from .culprit_table import Entries, entry
 from .growth import Growth, analyze_growth
 from .holder_growth import _WHERE, _col, _series
 from .sampled_trend import MIN_SAMPLES, sustained_rise
-from .thresholds import MIN_REL_GROWTH, min_rel_growth
+from .thresholds import MIN_DATA_BPS, MIN_REL_GROWTH, min_rel_growth
 
-#: Bytes a step a holder of Python data must gain (its Theil-Sen slope over the sampled steps).
-MIN_DATA_BPS = 2 * 1024
 #: ... and at least this share of the fastest host series' growth per step (its size is estimated
 #: from a few items: pymalloc's own overhead and objects shared between items make it approximate).
 HOST_SHARE = 0.25

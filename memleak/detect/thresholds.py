@@ -12,6 +12,9 @@ MIN_REL_GROWTH_HOST = 0.02
 #: that vary it creeps by kilobytes a step. Measured on an H100 (tests/data/gpu/fragmenting):
 #: +530 KiB over 60 steps of drifting lengths, 0.12 % of a 440 MiB heap.
 MIN_REL_GROWTH_DEVICE_HEAP = 0.01
+#: Bytes a step a holder of plain Python data must gain to be named (`object_holders.py`): a
+#: loop's own logging (a few numbers a step) gains less.
+MIN_DATA_BPS = 2 * 1024
 
 
 def min_rel_growth(column: str | None, accelerator: bool = False) -> float:

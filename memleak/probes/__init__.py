@@ -60,10 +60,11 @@ class Probe:
         """torch's own optimizer step starts (`on`) or ended: no closure and no hook of the user's runs
         in it, so nothing made in it is the user's (a probe watching ops may look away)."""
 
-    def quiet(self) -> bool:
+    def quiet(self, min_data_bps: float) -> bool:
         """Level auto, while the run is young: whether what this probe has seen so far asks for no
-        more young detail (see `recorder/escalation.py`, QUIET_AT). Probes that gather no evidence
-        of their own say yes."""
+        more young detail (see `recorder/escalation.py`, QUIET_AT); plain Python data gaining less
+        than `min_data_bps` a step is no reason (no detector names it). Probes that gather no
+        evidence of their own say yes."""
         return True
 
     def finish(self, step: int) -> None:

@@ -231,19 +231,23 @@ class HolderTally:
 
 
 def holder_sizes(holders: dict[str, HolderStats], buffers: dict[str, list], owned: int) -> dict[str, tuple]:
-    """What a walk found held, as `grew` compares it: per holder its tensors, bytes (tensors' and
-    Python data's) and autograd graph nodes; per buffer of the model its elements and bytes; and
-    how many tensors the model and optimizer own (a model that adds layers as it runs)."""
-    sizes: dict[str, tuple] = {name: (h.count, h.nbytes + h.obj_bytes, h.nodes) for name, h in holders.items()}
-    sizes.update((f"buffer {path}", tuple(size)) for path, size in buffers.items())
-    sizes["owned tensors"] = (owned,)
+    """What a walk found held, as `compare_sizes` takes it: per holder its tensors, their bytes,
+    the autograd graph nodes they keep and its plain Python data's bytes; per buffer of the model
+    its elements and bytes; and how many tensors the model and optimizer own (a model that adds
+    layers as it runs)."""
+    sizes: dict[str, tuple] = {name: (h.count, h.nbytes, h.nodes, h.obj_bytes) for name, h in holders.items()}
+    sizes.update((f"buffer {path}", (numel, nb, 0, 0)) for path, (numel, nb) in buffers.items())
+    sizes["owned tensors"] = (owned, 0, 0, 0)
     return sizes
 
 
-def grew(before: dict[str, tuple], after: dict[str, tuple]) -> bool:
-    """Whether a holder found by both walks holds more of anything in the second."""
+def compare_sizes(before: dict[str, tuple], after: dict[str, tuple]) -> tuple[bool, float]:
+    """Of the holders both walks found: whether one holds more tensors, tensor bytes or graph nodes
+    in the second, and the most plain-data bytes one gained."""
+    tensors, data = False, 0.0
     for name, now in after.items():
         was = before.get(name)
-        if was is not None and any(a > b for a, b in zip(now, was, strict=True)):
-            return True
-    return False
+        if was is not None:
+            tensors = tensors or any(a > b for a, b in zip(now[:3], was[:3], strict=True))
+            data = max(data, now[3] - was[3])
+    return tensors, data

@@ -43,7 +43,7 @@ from ..schema import RecordType
 from . import Probe, ProbeContext
 from .budget import young_gap
 from .frames import user_frames, user_site
-from .holder_stats import grew, holder_sizes
+from .holder_stats import compare_sizes, holder_sizes
 from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
 from .referrers import name_by_referrers
@@ -90,8 +90,10 @@ class TensorProbe(Probe):
         self.named_sites: dict[str, str] = {}
         self.site_holders: dict[str, str] = {}  # site -> the holder a walk last named for its survivors
         self.checks = 0  # deep steps sampled (the final check aside)
-        self.seen = False  # a tensor survived its step, a graph its backward, or a holder grew
+        self.seen = False  # a tensor survived its step, a graph its backward, or tensors' holder grew
+        self.data_bps = 0.0  # the most plain-data bytes a step a holder gained from one walk to the next
         self.sizes: dict[str, tuple] = {}  # per holder, what the last walk found it holding
+        self.sized_at: int | None = None  # the step of that walk
         # Under torch.compile a mode or saved-tensor hook would break graphs or force recompiles:
         # only the reference walk runs then.
         self.tagging = not is_compiled(ctx.model_ref())
@@ -183,9 +185,10 @@ class TensorProbe(Probe):
         with torch._C.DisableTorchFunction():
             self._deep_sample(step, final=True)
 
-    def quiet(self) -> bool:
-        """A few deep steps, and nothing surviving or growing in any of them."""
-        return self.checks >= QUIET_CHECKS and not self.seen
+    def quiet(self, min_data_bps: float) -> bool:
+        """A few deep steps, and nothing surviving or growing in any of them (plain data gaining
+        less than `min_data_bps` a step aside)."""
+        return self.checks >= QUIET_CHECKS and not self.seen and self.data_bps < min_data_bps
 
     def _give_up(self, why: str) -> None:
         if self.tagging:
@@ -247,8 +250,11 @@ class TensorProbe(Probe):
             return
         self.prev_roots = walk.roots
         sizes = holder_sizes(walk.holders, walk.buffers, len(exclude))
-        self.seen = self.seen or grew(self.sizes, sizes)
-        self.sizes = sizes
+        grown, data = compare_sizes(self.sizes, sizes)
+        self.seen = self.seen or grown
+        if self.sized_at is not None:
+            self.data_bps = max(self.data_bps, data / max(1, step - self.sized_at))
+        self.sizes, self.sized_at = sizes, step
         self.checks += 1
         self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds).to_dict())
         self._check_births(step, exclude, ptrs, walk.tensor_holder, self.named_sites)

@@ -6,7 +6,8 @@ own time budget; the census alone waits for the first window), so a short run (a
 script, a job that fails early) gets the same evidence, and the same verdict, as at full. It is
 a start-up cost, so a young run that shows nothing ends early (`QUIET_AT`): once the tensor
 probe's deep steps (four at least) found no tensor surviving its step, no graph outliving its
-backward and no holder holding more from one walk to the next (`Probe.quiet`), and the growth
+backward and no holder holding more tensors, tensor bytes or graph nodes from one walk to the
+next, nor plain Python data faster than a detector would name it (`Probe.quiet`), and the growth
 screen sees nothing rising since step 0. Most runs leak nothing, and they pay for 8 young steps,
 not 32; a run where anything survives or grows keeps all 32, the same evidence as at full.
 
@@ -46,7 +47,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..detect.thresholds import min_rel_growth
+from ..detect.thresholds import MIN_DATA_BPS, min_rel_growth
 from ..schema import OWN_COLUMN, DetailReason
 from .live import kendall_tau
 
@@ -141,6 +142,12 @@ def screen(series: Mapping[str, array], since: int = 0) -> bool:
     return False
 
 
+def quiet(probes: Sequence[Probe], series: Mapping[str, array]) -> bool:
+    """Whether a young run has shown nothing that asks for more of its young steps: every probe is
+    quiet (`Probe.quiet`; with no probes, nothing was asked) and no series rises since step 0."""
+    return bool(probes) and all(p.quiet(MIN_DATA_BPS) for p in probes) and not screen(series)
+
+
 class AutoLevel:
     """When one run at level auto records full detail. The tracker calls `begin` before step 0
     and `after` at the end of each step; each returns (on, why) when detail changes from the
@@ -181,7 +188,7 @@ class AutoLevel:
             if not self.young:
                 self.detail_seconds += seconds
                 self.detail_steps += 1
-            elif QUIET_AT <= nxt < self.until and probes and all(p.quiet() for p in probes) and not screen(series):
+            elif QUIET_AT <= nxt < self.until and quiet(probes, series):
                 self.until = nxt
                 self.on = self.young = False
                 return False, DetailReason.QUIET

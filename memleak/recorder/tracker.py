@@ -312,16 +312,18 @@ class Tracker:
         sink.step(values)
         live = self._live
         live.append(step, values)
-        if heap is not None and (live.grew or sink.keeps_steps or not self._plain_step()):
+        plain = self._plain_step()
+        change = None
+        if self._auto is not None:  # its growth screen imports numpy the first time: memleak's own too
+            change = self._auto.after(step, seconds + sampled, now - self._t0, live.series, self._probes)
+        if heap is not None and (live.grew or sink.keeps_steps or not plain):
             # what the probes and this bookkeeping kept on the heap (their tables, the live columns,
             # in-memory records) is memleak's own, taken off the host series (the user's code does
             # not run in between); a counters-only step keeps some only where the live columns grew
             # or the sink kept or wrote steps: the others skip the read (~25 us)
             self._own_bytes += heap() - heap0
-        if self._auto is not None:
-            change = self._auto.after(step, seconds + sampled, now - self._t0, live.series, self._probes)
-            if change is not None:
-                self._set_detail(step + 1, *change)
+        if change is not None:
+            self._set_detail(step + 1, *change)
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
             now_read = functools.partial(read_now, heap=self._heap, own=lambda: self._own_bytes, device=self.device)
