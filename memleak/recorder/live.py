@@ -110,7 +110,8 @@ class LiveCheck:
         # heap bytes the check itself changed since the tracker last took them: + what its first
         # imports keep, - what its own collections freed (garbage the run would have kept longer:
         # a drop memleak caused); the tracker counts them as its own, off the host series
-        self.own_delta = 0.0
+        self.own_delta = 0.0  # heap bytes the last checks kept, memleak's own (the tracker takes them)
+        self.given_back = 0.0  # heap bytes a collection freed that were a growth of the user's
 
     def append(self, step: int, values: dict[str, Any]) -> None:
         """Keep the live columns of step `step` (every `stride`-th step), halving the rows at LIVE_ROWS."""
@@ -154,7 +155,14 @@ class LiveCheck:
         next one scheduled."""
         self.next_at = int(step * _LIVE_CHECK_GROWTH)
         t0 = time.perf_counter()
+        before = read_now("heap_bytes")
         growth = self._check(step, meta, sink, read_now)
+        after = read_now("heap_bytes")
+        if before is not None and after is not None:
+            # what the check kept (the detector's import, numpy's first-use set-up) is memleak's own,
+            # and so is the garbage its collections freed, but for growth one gave back (the user's)
+            self.own_delta += after - before + self.given_back
+        self.given_back = 0.0
         if growth is not None:
             on_confirmed(growth)
         self.seconds += time.perf_counter() - t0
@@ -174,7 +182,8 @@ class LiveCheck:
         if not any(later_half_rises(y, min_rel_growth(col)) for col, y in screened.items()):
             return None  # the usual case, a clean run: no need for the full (~10 ms) analysis
         t0 = time.perf_counter()
-        self.own_delta += _import_detector(read_now)
+        from ..detect import growth as _  # noqa: F401  (pandas and scipy: ~20 MiB of C heap, not before a rise)
+
         self.seconds -= time.perf_counter() - t0  # once a process, like a start: not the checks' budget
         import pandas as pd
 
@@ -211,7 +220,7 @@ class LiveCheck:
         if verdict != "leak":
             if self.pending is not None and not was_pending:
                 # garbage older than this growth must not count as given back later
-                self.own_delta -= _collect(read_now)
+                _collect(read_now)
             return False
         return not self._gc_gives_back(growth, x[-1] - x[pending_rows - 1], step, sink, read_now)
 
@@ -227,29 +236,14 @@ class LiveCheck:
         freed = _collect(read_now)
         after = read_now(growth.column)
         if after is None or not gc_returned(growth.slope, span, before, after):
-            self.own_delta -= freed  # garbage unrelated to the growth
-            return False
+            return False  # garbage unrelated to the growth
         self.pending = None
+        self.given_back = freed
         sink.event("gc_returned", step=step, column=growth.column, freed_bytes=before - after)
         log.info(
             "memleak: %s grew, but a garbage collection gave back %d bytes: not a leak", growth.column, before - after
         )
         return True
-
-
-def _import_detector(read_now: ReadNow) -> float:
-    """Import the growth detector (pandas and scipy: ~125 MiB of RSS, ~20 MiB of it on the C heap)
-    when a run's screen first sees memory rise, not at its start: a clean run never pays for it.
-    Returns the heap bytes the import kept, memleak's own (0 when already imported or unread)."""
-    import sys
-
-    if "memleak.detect.growth" in sys.modules:
-        return 0.0
-    before = read_now("heap_bytes")
-    from ..detect import growth  # noqa: F401
-
-    after = read_now("heap_bytes")
-    return 0.0 if before is None or after is None else after - before
 
 
 def _collect(read_now: ReadNow) -> float:

@@ -328,7 +328,7 @@ class Tracker:
         if step >= live.next_at and live.due(step, now - self._t0):
             now_read = functools.partial(read_now, heap=self._heap, own=lambda: self._own_bytes, device=self.device)
             live.run(step, self.meta, self._started_sink(), now_read, self._on_leak_confirmed)
-            self._own_bytes += int(live.own_delta)  # its imports, less what its collections freed
+            self._own_bytes += int(live.own_delta)  # what it kept on the heap (see LiveCheck.run)
             live.own_delta = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
             self._begin(step)
