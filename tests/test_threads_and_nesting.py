@@ -257,7 +257,7 @@ def _leak_messages(caplog):
     return [
         (r.levelno, r.getMessage())
         for r in caplog.records
-        if r.name == "memleak" and "leak confirmed" in r.getMessage()
+        if r.name == "memleak" and "possible leak" in r.getMessage()
     ]
 
 

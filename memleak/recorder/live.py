@@ -201,7 +201,7 @@ class LiveCheck:
         if not self._confirmed(growth, steps, step, sink, read_now):
             return None
         self.confirmed = True
-        _announce(growth, step, sink, loud=not self.warned_elsewhere())
+        _announce(growth, step, _growth_start(steps, growth, step), sink, loud=not self.warned_elsewhere())
         return growth
 
     def _confirmed(self, growth: Growth, steps: pd.DataFrame, step: int, sink: RecordSink, read_now: ReadNow) -> bool:
@@ -246,6 +246,14 @@ class LiveCheck:
         return True
 
 
+def _growth_start(steps: pd.DataFrame, growth: Growth, step: int) -> int:
+    """The step the growth began at: the first step after the detector's warm-up."""
+    if not 0 <= growth.warmup_steps < len(steps):
+        return step
+    first = float(steps["step"].iloc[growth.warmup_steps])
+    return int(first) if first == first else step
+
+
 def _collect(read_now: ReadNow) -> float:
     """Run a full garbage collection; the heap bytes it freed (0 where the heap is not read).
     None runs while the program keeps the collector off (``gc.disable()``): memleak must not free,
@@ -261,9 +269,11 @@ def _collect(read_now: ReadNow) -> float:
     return 0.0 if before is None or after is None else before - after
 
 
-def _announce(growth: Growth, step: int, sink: RecordSink, loud: bool = True) -> None:
-    """The one warning of a confirmed leak, in the log and in the run; at INFO level, not
-    warned again, when another running tracker already warned of it (`loud` False)."""
+def _announce(growth: Growth, step: int, since: int, sink: RecordSink, loud: bool = True) -> None:
+    """The one warning of a growth the live check takes for a leak, in the log and in the run (the
+    `leak_confirmed` event). Provisional: the report at the end judges the whole run and says
+    whether it lasted. At INFO level, not warned again, when another running tracker already
+    warned of it (`loud` False)."""
     from ..units import fmt_bytes
 
     when = (
@@ -273,10 +283,13 @@ def _announce(growth: Growth, step: int, sink: RecordSink, loud: bool = True) ->
     )
     log.log(
         logging.WARNING if loud else logging.INFO,
-        "memleak: memory leak confirmed at step %d: %s grows %s per step%s%s",
+        "memleak: possible leak at step %d: %s has grown %s per step over the %d steps since step %d%s; "
+        "the report at the end says whether the growth lasted%s",
         step,
         growth.column,
         fmt_bytes(growth.slope),
+        step - since,
+        since,
         when,
         "" if loud else " (another running memleak tracker already warned)",
     )
@@ -286,4 +299,5 @@ def _announce(growth: Growth, step: int, sink: RecordSink, loud: bool = True) ->
         column=growth.column,
         slope=growth.slope,
         steps_to_full=growth.steps_to_full,
+        since_step=since,
     )

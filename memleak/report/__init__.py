@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..schema import Divergence, Finding, Suspect, Verdict, to_jsonable
 from .files import PNG_METADATA, check_free
+from .live_note import live_warning_dict, live_warning_line
 from .text import render
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
@@ -51,6 +52,12 @@ class Report:
         """Whether the verdict is a leak."""
         return self.verdict == Verdict.LEAK
 
+    @property
+    def live_warning(self) -> str | None:
+        """The report's line on the live check's warning during the run (when it first saw the leak,
+        or why the growth it warned of was not one), or None where it never warned."""
+        return live_warning_line(self)
+
     def plot(self) -> Figure:
         """A matplotlib Figure: memory over steps with the trend and the OOM projection (each
         rank's memory for a distributed run; the cache by pool for a snapshot). Never shows it."""
@@ -84,6 +91,7 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "growth": asdict(self.growth) if is_dataclass(self.growth) and not isinstance(self.growth, type) else None,
             "problems": list(self.problems),
+            "live_warning": live_warning_dict(self),
         }
         if self.ranks:
             d["world_size"] = getattr(self.run, "world_size", len(self.ranks))

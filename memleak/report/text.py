@@ -9,6 +9,7 @@ import pandas as pd
 from ..schema import Kind, Shape, Verdict
 from ..snapshot import site_of
 from ..units import fmt_bytes, fmt_duration, where_ranks
+from .live_note import live_warning_line
 
 WIDTH = 100
 
@@ -167,6 +168,9 @@ def render(report) -> str:
         )
     lines.append("")
     lines.append("verdict: " + headline(report))
+    live = live_warning_line(report)
+    if live:
+        lines += _wrap(live, "  ")
     g = report.growth
     growth_is_a_suspect = any("growth" in s.detectors for s in report.suspects)
     for e in g.evidence if g is not None and not growth_is_a_suspect else ():
