@@ -39,6 +39,7 @@ def test_a_clean_loop_pays_for_eight_young_steps_not_thirty_two():
     assert spans[:2] == [(0, q - 1, "full", "start"), (q, 39, "counters", "quiet")], spans
     assert report.verdict.value == "clean", str(report)
     assert f"full detail on steps 0-{q - 1} (start)" in str(report)
+    assert f"the young steps ended at step {q}: nothing survived or grew in them" in " ".join(str(report).split())
 
 
 class _Cache:

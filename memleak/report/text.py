@@ -75,7 +75,9 @@ def detail_text(spans: list[tuple[int, int, str, str]]) -> str:
     if len(full) > SHOWN_WINDOWS:
         shown += f" and {len(full) - SHOWN_WINDOWS} more windows"
     detail = sum(b - a + 1 for a, b, _ in full)
-    return f"full detail on steps {shown}: {detail} of {n} steps; counters on the others"
+    quiet = next((a for a, _, level, why in spans if why == "quiet"), None)
+    why_short = "" if quiet is None else f" (the young steps ended at step {quiet}: nothing survived or grew in them)"
+    return f"full detail on steps {shown}: {detail} of {n} steps; counters on the others{why_short}"
 
 
 def _table(suspects) -> list[str]:
