@@ -139,3 +139,10 @@ def test_a_loop_that_logs_a_few_numbers_a_step_still_ends_its_young_steps_early(
     history: list[float] = []
     spans = _loop(40, lambda model, loss: history.append(loss.item())).run.detail_spans()
     assert spans[0] == (0, escalation.QUIET_AT - 1, "full", "start"), spans
+
+
+def test_the_html_report_says_which_steps_had_full_detail():
+    html = _loop(40, lambda model, loss: None).to_html()
+    q = escalation.QUIET_AT
+    assert f"full detail on steps 0-{q - 1} (start)" in html
+    assert f"the young steps ended at step {q}" in html

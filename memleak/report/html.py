@@ -15,7 +15,7 @@ from ..units import fmt_duration
 from . import figures, series, tables
 from .live_note import live_warning_line
 from .tables import section
-from .text import headline
+from .text import detail_text, headline
 
 CSS = """
 .memleak-report{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;color:#222;max-width:1200px;margin:auto;
@@ -111,6 +111,8 @@ def _header(report) -> list[str]:
         device = str(meta.get("device", "?")) + (f" ({meta['device_name']})" if meta.get("device_name") else "")
         text = f"{len(steps):,} steps over {fmt_duration(span)} on {device}, level {meta.get('level', '?')}"
         lines.append(f'<p class="meta">{escape(text)}</p>')
+        if meta.get("level") == "auto" and hasattr(run, "detail_spans"):
+            lines.append(f'<p class="meta">{escape(detail_text(run.detail_spans()))}</p>')
     elif report.ranks:
         text = f"{len(report.ranks)} ranks of world size {getattr(run, 'world_size', '?')} on {run.device}"
         lines.append(f'<p class="meta">{escape(text)}</p>')
