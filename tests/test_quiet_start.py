@@ -146,3 +146,20 @@ def test_the_html_report_says_which_steps_had_full_detail():
     q = escalation.QUIET_AT
     assert f"full detail on steps 0-{q - 1} (start)" in html
     assert f"the young steps ended at step {q}" in html
+
+
+def test_a_leak_that_starts_after_a_quiet_start_is_named_in_a_growth_window(monkeypatch):
+    monkeypatch.setattr(escalation, "SCREEN_BUDGET", 1e9)  # screen every few steps: these steps are short
+    kept = []
+    steps = {"n": 0}
+
+    def leak_from_step_16(model, loss):
+        steps["n"] += 1
+        if steps["n"] > 16:
+            kept.append(loss)  # each loss keeps its graph
+
+    report = _loop(50, leak_from_step_16)
+    spans = report.run.detail_spans()
+    assert spans[0] == (0, escalation.QUIET_AT - 1, "full", "start"), spans
+    assert any(why == "growth" for _, _, _, why in spans), spans
+    assert report.verdict.value == "leak" and report.suspects[0].location == "kept", str(report)
