@@ -145,3 +145,39 @@ def test_a_sawtooth_whose_lows_rise_is_still_judged_as_growth():
     assert not refills_level(_epoch_counts(kept_per_epoch=3), 2)
     # and a plain steady leak has no cycle at all
     assert not refills_level(list(range(1, 40)), 2)
+
+
+def test_a_staircase_that_never_falls_grows_although_most_samples_are_flat():
+    """The loss kept with its graph every 5 steps, sampled every other step: a rise on a third of
+    the samples, flat between. It never falls and rises all along the run: growth."""
+    steps = list(range(1, 60, 2))
+    counts = [s // 5 + 1 for s in steps]
+    assert sum(b > a for a, b in zip(counts, counts[1:])) < 0.5 * (len(counts) - 1)  # mostly flat
+    assert sustained_rise(steps, counts, 2) is not None
+    # ...and the same every 10 steps, sampled on an irregular schedule
+    steps = [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 39, 41, 43, 45, 51, 53, 56, 58, 60, 66, 68]
+    assert sustained_rise(steps, [s // 10 + 1 for s in steps], 2) is not None
+    assert _leaks(_records(steps, [s // 10 + 1 for s in steps], [4 * (s // 10 + 1) * KIB for s in steps])) == {"cache"}
+
+
+def test_a_staircase_that_fills_early_or_falls_back_is_no_growth():
+    steps = list(range(1, 80, 2))
+    filled = [min(s // 5 + 1, 6) for s in steps]  # a bounded window, full at step 25: flat since
+    assert sustained_rise(steps, filled, 2) is None
+    reset = [(s % 40) // 5 + 1 for s in steps]  # emptied every 40 steps (an epoch's list)
+    assert sustained_rise(steps, reset, 2) is None
+    dipped = [s // 5 + 1 - 3 * (s >= 41) for s in steps]  # a staircase with a fall back: not one
+    assert sustained_rise(steps, dipped, 2) is None
+    sparse = [1] * 30 + [2, 2, 2, 3, 3, 3, 3, 3, 3, 3]  # two late rises only
+    assert sustained_rise(steps, sparse, 2) is None
+
+
+def test_a_flat_stretch_shorter_than_two_treads_is_the_next_tread_not_a_plateau():
+    """Bytes gained 256 KiB every 10 steps, three times: the last 8 steps without a rise are a
+    tread (the rate-based rule alone reads them as a full cache); 70 flat steps are a plateau."""
+    steps = list(range(1, 40, 2))
+    nbytes = [256 * KIB * (s // 10 + 1) for s in steps]
+    assert not plateaued(steps, nbytes, 1024)
+    steps_long = steps + list(range(41, 110, 2))
+    flat = nbytes + [nbytes[-1]] * (len(steps_long) - len(steps))
+    assert plateaued(steps_long, flat, 1024)

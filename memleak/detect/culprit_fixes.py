@@ -89,8 +89,8 @@ def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None) ->
 
 
 def _container_fix(holder: str, hkind: str, grad: str) -> str:
-    """A holder that gains tensors every step: what to keep instead, or how to bound or clear it,
-    said the way its kind of holder (closure, optimizer, default argument, ...) is changed."""
+    """A holder that keeps gaining tensors (every step or every few): what to keep instead, or how
+    to bound or clear it, said the way its kind of holder (closure, optimizer, default argument, ...) is changed."""
     if hkind == "closure" and " (closure of " in holder:
         var, owner = holder[:-1].split(" (closure of ", 1)
         return (
@@ -135,7 +135,7 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"bound it with `collections.deque(maxlen=...)`{grad}."
         )
     return (
-        f"`{holder}` gains tensors every step: append a number (`loss.item()`) or a detached copy "
+        f"`{holder}` keeps gaining tensors: append a number (`loss.item()`) or a detached copy "
         f"(`t.detach().cpu()`), bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
     )
 

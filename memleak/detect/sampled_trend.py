@@ -30,6 +30,15 @@ REFILL_SHARE = 0.5
 MIN_REFILLS = 2
 #: The lows of a cycle that leaks rise by this share of a cycle's swing at least.
 LOW_RISE_SHARE = 0.25
+#: A staircase (something kept every few steps, sampled more often: flat treads between rises)
+#: grows when it never falls, rose on this many samples at least...
+MIN_STAIRS = 3
+#: ...and gained this share of its rise in the later half of its span at least (a cache filling
+#: at the start gains nothing there, a set of shapes seen gains ever less).
+STAIR_LATE_SHARE = 0.3
+#: A flat stretch at the end of a staircase is a tread, not a plateau, while it is shorter than
+#: this many of its treads (the median steps between two rises).
+STAIR_TREADS = 2.0
 
 
 def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_rise: float = 0.0) -> dict | None:
@@ -47,7 +56,8 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
         return None
     d = np.diff(v)
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
-    if pos < max(2, 0.5 * (n - 1)) or neg > 0.25 * (n - 1):
+    stairs = staircase(x, v, pos, neg)
+    if not stairs and (pos < max(2, 0.5 * (n - 1)) or neg > 0.25 * (n - 1)):
         return None
     mid = n // 2
     if not (v[-1] > v[mid] and v[mid] >= v[0]):  # still growing in the second half: not a filling cache
@@ -55,7 +65,7 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
     if plateaued(x, v, min_rise):
         return None
     slope = _theil(x, v)
-    mono = pos / (n - 1)
+    mono = max(pos / (n - 1), 0.5 if stairs else 0.0)
     conf = 0.5 + 0.45 * min(1.0, mono * min(1.0, (n - 1) / 5))
     return {
         "slope": slope,
@@ -95,6 +105,27 @@ def refills_level(values, min_rise: float) -> bool:
     return raised < max(min_rise, LOW_RISE_SHARE * float(np.median(swings)))
 
 
+def staircase(x: np.ndarray, v: np.ndarray, pos: int, neg: int) -> bool:
+    """Whether the series grows by steps: it never falls, rose on ``MIN_STAIRS`` samples or more
+    with flat treads between (the samples come more often than what is kept), and gained
+    ``STAIR_LATE_SHARE`` of its rise in the later half of its span (the rises are spread over the
+    run, not a cache filled at the start). A loss kept with its graph every log interval."""
+    if neg or pos < MIN_STAIRS:
+        return False
+    late = v[-1] - v[int(np.searchsorted(x, (x[0] + x[-1]) / 2, side="right")) - 1]
+    return bool(late >= STAIR_LATE_SHARE * (v[-1] - v[0]))
+
+
+def _tread(x: np.ndarray, v: np.ndarray) -> float:
+    """The median steps between two rises of a series that never falls and stayed flat on half
+    its samples or more (0: fewer than ``MIN_STAIRS`` rises, a fall, or no treads)."""
+    d = np.diff(v)
+    up = x[1:][d > 0]
+    if (d < 0).any() or len(up) < MIN_STAIRS or len(up) > 0.5 * len(d):
+        return 0.0
+    return float(np.median(np.diff(up)))
+
+
 def _theil(x: np.ndarray, v: np.ndarray) -> float:
     """Theil-Sen slope per step (the median of the pairwise slopes)."""
     n = len(v)
@@ -105,12 +136,16 @@ def _theil(x: np.ndarray, v: np.ndarray) -> float:
 def plateaued(steps, values, min_rise: float) -> bool:
     """Whether the series ends in a flat stretch (two sampled intervals or more, none rising) so
     long that, at the rate it grew before, it would have gained clearly more than nothing: it
-    filled and stopped (a replay buffer, a cache at its capacity), it does not leak."""
+    filled and stopped (a replay buffer, a cache at its capacity), it does not leak. A staircase's
+    stretch shorter than ``STAIR_TREADS`` of its treads is the next tread, not a stop."""
     x, v = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
     start = len(v) - 1
     while start > 0 and v[start - 1] >= v[start]:
         start -= 1
     if len(v) - 1 - start < 2 or start < 2:  # a stretch of two intervals, after a rise of two
+        return False
+    tread = _tread(x[: start + 1], v[: start + 1])
+    if tread > 0 and x[-1] - x[start] < STAIR_TREADS * tread:
         return False
     before = _theil(x[: start + 1], v[: start + 1])
     expected = before * (x[-1] - x[start])

@@ -94,6 +94,8 @@ class TensorProbe(Probe):
         self.data_bps = 0.0  # the most plain-data bytes a step a holder gained from one walk to the next
         self.sizes: dict[str, tuple] = {}  # per holder, what the last walk found it holding
         self.sized_at: int | None = None  # the step of that walk
+        self.frames: list[tuple[int, Any]] = []  # the user's frames (id, code) at the last deep step
+        self.loop_frame: tuple[int, Any] | None = None  # the innermost one two deep steps in a row saw
         # Under torch.compile a mode or saved-tensor hook would break graphs or force recompiles:
         # only the reference walk runs then.
         self.tagging = not is_compiled(ctx.model_ref())
@@ -178,8 +180,11 @@ class TensorProbe(Probe):
     def finish(self, step: int) -> None:
         """Level auto: one last survivor check when the run ends, if no window ended it: what was
         seen surviving is looked at once more (a bounded buffer has let it go by then, a leak still
-        holds it). The loop's frames may be gone by now, so no holders record is written, and a site
-        whose survivors no root reaches keeps the holder the walks in the loop named."""
+        holds it); a site whose survivors no root reaches keeps the holder the walks in the loop
+        named. The loop's frames may be gone by now: a holders record is written only while the
+        innermost frame that outlived a step (the loop's, seen by the last two deep steps) is still
+        on the stack, so the walk reaches what the loop's variables hold (the last sample of a
+        holder kept every few steps, which the windows may have sampled only once)."""
         if self.window is None or self._mode is not None or (self._deep_step or 0) >= step - 1:
             return
         with torch._C.DisableTorchFunction():
@@ -228,6 +233,10 @@ class TensorProbe(Probe):
         opt = self.ctx.optimizer_ref()
         exclude, ptrs = excluded_ids(model, opt)
         frames = user_frames()
+        here = [(id(f), f.f_code) for f in frames]
+        if not final:
+            self.loop_frame = next((f for f in here if f in self.frames), None)
+            self.frames = here
         t0 = time.perf_counter()
         # prev_roots: a holder whose graph is built on what it held at the last deep step carries
         # the chain from step to step (graphs.py)
@@ -245,6 +254,8 @@ class TensorProbe(Probe):
         walk_seconds = time.perf_counter() - t0
         self.ages.prune()
         if final:
+            if self.loop_frame is not None and self.loop_frame in here:
+                self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds).to_dict())
             self._check_births(step, exclude, ptrs, walk.tensor_holder, {**self.site_holders, **self.named_sites})
             self._check_saved(step, ptrs)
             return

@@ -18,14 +18,16 @@ detectors need to name a holder (three samples of a rising count, `detect/sample
 survivors from three sampled steps, `detect/survivors.py`). Between windows those probes are
 off but keep what they learned, so a tensor tagged in one window and still alive in the next
 is seen surviving; when the run ends, the tensor probe walks once more (`Probe.finish`), so
-what survived early is looked at again at the end.
+what survived early is looked at again at the end (and, while the loop's frame is alive, each
+holder's count is sampled once more: a holder kept every few steps gets its latest count).
 
 Windows open
 
 - when the growth screen sees memory start to rise (`growth`): Kendall's tau of the last
   `SCREEN_ROWS` values of the device, heap and census series since the last window ended is
-  clearly positive (rows of a window are left out: what the probes keep while they sample is
-  memleak's own memory, and must not open the next window). These
+  clearly positive, or the series rises as a staircase (`stairs`: what is kept every few
+  steps); rows of a window are left out (what the probes keep while they sample is memleak's
+  own memory, and must not open the next window). These
   windows are not budgeted, since a leak is what memleak is for, but each waits until the run
   is `GROWTH_SPACING` times as long as when the last one opened, so a run that keeps growing
   gets a few windows, spread over its length, not full detail throughout;
@@ -91,6 +93,11 @@ SCREEN_NOISE = 4.0
 #: a share of the series' level): a heap that creeps by tens of bytes a step while a process
 #: warms up (allocator caches, interned objects) rises on most steps, but opens no window.
 SCREEN_MIN_SHARE = 0.5
+#: A staircase rises on few steps (something kept every few steps) and passes too: it falls back
+#: by at most SCREEN_STAIR_FALL of its rise in all, and each of SCREEN_STAIR_PARTS stretches of
+#: its rows sets a new high (the rises are spread over the rows, not one jump or a warm-up's).
+SCREEN_STAIR_FALL = 0.1
+SCREEN_STAIR_PARTS = 3
 #: The screen runs every few steps, within this share of the step time.
 SCREEN_EVERY = 4
 SCREEN_BUDGET = 0.002
@@ -99,9 +106,9 @@ SCREEN_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes")
 
 
 def rising(y: np.ndarray, min_rel: float = 0.0) -> bool:
-    """Whether `y` (NaN where not read) trends up: it rose on most steps, by at least
-    SCREEN_MIN_SHARE of the share `min_rel` of its level the growth detector needs, and Kendall's
-    tau is clearly above what noise gives."""
+    """Whether `y` (NaN where not read) trends up: by at least SCREEN_MIN_SHARE of the share
+    `min_rel` of its level the growth detector needs, and it rose on most steps with Kendall's tau
+    clearly above what noise gives, or it rose as a staircase (`stairs`)."""
     import numpy as np
 
     y = y[np.isfinite(y)]
@@ -110,13 +117,31 @@ def rising(y: np.ndarray, min_rel: float = 0.0) -> bool:
         return False
     d = np.diff(y)
     rise = float(y[-1] - y[0])
-    if (d > 0).mean() < SCREEN_MIN_RISING or rise <= SCREEN_NOISE * float(np.median(np.abs(d))):
+    if rise <= SCREEN_NOISE * float(np.median(np.abs(d))):
         return False
     if rise < SCREEN_MIN_SHARE * min_rel * abs(float(np.median(y))):
         return False  # a creep far below any growth the detector reports (a process warming up)
+    if (d > 0).mean() < SCREEN_MIN_RISING:
+        return stairs(y, d, rise)
     tau = kendall_tau(y)
     sigma = math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))  # tau's spread when there is no trend
     return tau >= max(SCREEN_MIN_TAU, SCREEN_SIGMAS * sigma)
+
+
+def stairs(y: np.ndarray, d: np.ndarray, rise: float) -> bool:
+    """Whether `y` (steps `d` apart) rises as a staircase: it hardly ever falls back and sets a new
+    high in each of SCREEN_STAIR_PARTS stretches of its rows (the loss with its graph appended at
+    each log interval: a rise every few steps, flat between)."""
+    import numpy as np
+
+    if float(-d[d < 0].sum()) > SCREEN_STAIR_FALL * rise:
+        return False
+    high = float(y[0])
+    for part in np.array_split(y[1:], SCREEN_STAIR_PARTS):
+        if not len(part) or float(part.max()) <= high:
+            return False
+        high = float(part.max())
+    return True
 
 
 def screen(series: Mapping[str, array], since: int = 0) -> bool:
