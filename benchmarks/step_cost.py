@@ -10,7 +10,7 @@ process CPU time, each where memleak spends it:
 - start, close: `tracker.start()` and `tracker.close()` themselves (ms);
 - first: step 0 beyond the untracked loop's step 0 (the first census at the fixed levels, first-use set-up) (ms);
 - young: steps 1..32, boundaries and hooks summed as below (level auto's start-up: it runs them as
-  level full does) (ms);
+  level full does, or the first 8 where nothing survives or grows in them) (ms);
 - boundary: `tracker.step()` itself (every probe's sample, the census, the reference walks, the
   record written), per step over the steady steps 33..end (us);
 - hooks: what the probes' hooks and modes add inside the user's step: on each step that ran with
@@ -18,8 +18,13 @@ process CPU time, each where memleak spends it:
   the hook-free steps around it in the same loop, summed and spread over the steady steps (us);
 - steady: boundary + hooks, per step; `x`: 1 + steady / the untracked step.
 
-Steps 1..32 (level auto runs them as level full does) are left out of the steady figures: their
-cost is auto's start-up. Each figure is the median over rounds; the hook-free steps' own extra
+- whole x: the whole loop's ratio these parts add up to: 1 + (start + first + young + steady x the
+  steps after 32 + close) / (steps x the untracked step). On a shared machine two whole loops
+  differ by more than memleak costs (`overhead.py` rounds spread by 10-25 % here); parts measured
+  where memleak spends them do not.
+
+Steps 1..32 (level auto runs up to 32 of them as level full does) are left out of the steady
+figures: their cost is auto's start-up. Each figure is the median over rounds; the hook-free steps' own extra
 (the always-on optimizer hooks, a few microseconds) is not measurable this way and not counted.
 """
 from __future__ import annotations
@@ -106,6 +111,12 @@ def parts(b: dict) -> dict[str, float]:
             "hooked": sum(b["hooked"][YOUNG + 1 :]) / n}
 
 
+def once_and_steady(m: dict[str, float], steps: int) -> float:
+    """Seconds memleak adds to a loop of `steps` steps: its one-off parts and its steady cost on
+    the steps after the young ones."""
+    return m["start"] + m["first"] + m["young"] + m["steady"] * (steps - YOUNG - 1) + m["close"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", nargs="+", default=["counters", "modules", "full", "auto"])
@@ -133,7 +144,7 @@ def main(argv=None) -> int:
     print(f"cpu, {args.steps} steps a block, {args.rounds} rounds: untracked step {base * 1e6:.0f} us CPU (median)")
     print(f"  {'level':9} {'start ms':>9} {'first ms':>9} {'young ms':>9} {'boundary us':>12} {'hooks us':>9}"
           f" {'steady us':>10}"
-          f" {'close ms':>9} {'x':>6} {'hooked':>7}")
+          f" {'close ms':>9} {'x':>6} {'whole x':>8} {'hooked':>7}")
     for lv in args.levels:
         rows = [parts(b) for b in got[lv]]
         m = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
@@ -141,7 +152,8 @@ def main(argv=None) -> int:
         m["first"] = statistics.median(b["body"][0] + b["call"][0] - u["body"][0] for b, u in zip(got[lv], got[None]))
         print(f"  {lv:9} {m['start'] * 1e3:9.1f} {m['first'] * 1e3:9.1f} {m['young'] * 1e3:9.1f} {m['boundary'] * 1e6:12.0f} "
               f"{m['hooks'] * 1e6:9.0f} {m['steady'] * 1e6:10.0f} {m['close'] * 1e3:9.1f} "
-              f"{1 + m['steady'] / base:6.3f} {m['hooked']:7.0%}")
+              f"{1 + m['steady'] / base:6.3f} {1 + once_and_steady(m, args.steps) / (args.steps * base):8.3f} "
+              f"{m['hooked']:7.0%}")
     return 0
 
 

@@ -23,6 +23,8 @@ def test_step_cost_prints_each_level_with_its_young_and_steady_cost():
     assert set(rows) == {"counters", "auto"}
     young = {lv: float(rows[lv][3]) for lv in rows}  # ms
     assert young["auto"] > young["counters"]  # auto runs its young steps as level full does
+    whole = {lv: float(rows[lv][9]) for lv in rows}  # the loop's ratio the parts add up to
+    assert all(1.0 < w < 2.0 for w in whole.values()), rows
 
 
 def test_run_format_compares_the_encodings():
