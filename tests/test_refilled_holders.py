@@ -137,3 +137,24 @@ def test_a_list_cleared_between_every_sample_is_no_leak_even_when_nothing_is_eve
         for r, c, o in zip(records, (2, 3, 4), (0, 2, 3), strict=True)
     ]
     assert _leaks(kept) == {"evaluator.step_logits"}
+
+
+def _queue(steps, counts, old):
+    """A long queue, counted from its ends (`estimated`)."""
+    return [
+        HoldersRecord(
+            step=s,
+            holders=(HolderRow(holder="queue", kind="local", count=c, bytes=c * KIB, old=o, estimated=True),),
+        )
+        for s, c, o in zip(steps, counts, old, strict=True)
+    ]
+
+
+def test_a_long_container_seen_again_after_unwalked_steps_is_not_taken_for_refilled():
+    # windows walk every other step; the last walk comes 27 steps after the one before: the
+    # queue's newest end is all new there, so a quarter of it counts as old
+    steps = [164, 166, 168, 170, 172, 199]
+    counts = [738, 750, 756, 768, 774, 900]
+    assert _leaks(_queue(steps, counts, [246, 687, 661, 704, 677, 225])) == {"queue"}
+    # a new queue in its place: next to nothing old at either end
+    assert _leaks(_queue(steps, counts, [246, 687, 661, 704, 677, 10])) == set()

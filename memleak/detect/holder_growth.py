@@ -22,6 +22,9 @@ MIN_NODE_RISE = 8
 #: keeps at most this many times what it holds now.
 MAX_FILL_AHEAD = 16
 
+#: A holder whose count is estimated from a long container's ends was emptied in between only when
+#: its old tensors are fewer than this share of what it held before (see `_refilled_at`).
+ESTIMATED_REFILL_SHARE = 0.1
 #: How the evidence names a holder of each kind the walk gives.
 _WHERE = {
     "module_attr": "the module attribute",
@@ -85,7 +88,7 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None], aged: bool = 
     count_trend = sustained_rise(steps, count, MIN_COUNT_RISE)
     if count_trend and n_tr is None and _aliases_only(nbytes, grad):
         count_trend = None  # more tensors but not one more byte: aliases of storage already held
-    start = _refilled_at(steps, count, _col(rows, "old")) if count_trend and aged else 0
+    start = _refilled_at(steps, count, _col(rows, "old"), _col(rows, "estimated")) if count_trend and aged else 0
     if start:  # emptied or replaced since the first sample: only the growth since counts (bytes too)
         count_trend = sustained_rise(steps[start:], count[start:], MIN_COUNT_RISE)
     bytes_trend = sustained_rise(steps[start:], nbytes[start:], 1024, rel_rise=0.5) if max(nbytes) > 0 else None
@@ -108,16 +111,19 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None], aged: bool = 
     )
 
 
-def _refilled_at(steps: list[int], count: list[float], old: list[float]) -> int:
+def _refilled_at(steps: list[int], count: list[float], old: list[float], estimated: list[float]) -> int:
     """The last sample at which the holder no longer held most of the tensors it held at the latest
     sample two or more steps before (they would count as old there); 0 when it never let go. A
     holder that accumulates keeps what it held; one emptied or replaced in between (the tokens of
     the request in progress, a new list per request, an epoch's outputs cleared at its end) holds
-    new tensors only, however many more than before."""
+    new tensors only, however many more than before. A long container's counts are estimated
+    from its ends, and after steps no walk saw its newest end is all new: there only an end with
+    next to nothing old (ESTIMATED_REFILL_SHARE) was emptied."""
     last = 0
     for k in range(1, len(steps)):
         before = next((count[j] for j in range(k - 1, -1, -1) if steps[k] - steps[j] >= 2), 0.0)
-        if before >= 1 and old[k] < 0.5 * before:
+        share = ESTIMATED_REFILL_SHARE if estimated[k] else 0.5
+        if before >= 1 and old[k] < share * before:
             last = k
     return last
 
