@@ -107,10 +107,10 @@ class LiveCheck:
         # growth an earlier live check saw, not yet confirmed (detect/lifetimes.py)
         self.pending: LiveState | None = None
         self.confirmed = False
-        # heap bytes the check itself changed since the tracker last took them: + what its first
-        # imports keep, - what its own collections freed (garbage the run would have kept longer:
-        # a drop memleak caused); the tracker counts them as its own, off the host series
-        self.own_delta = 0.0  # heap bytes the last checks kept, memleak's own (the tracker takes them)
+        # heap bytes the checks changed since the tracker last took them (what they keep, less the
+        # garbage their collections freed: a drop memleak caused); the tracker counts them as its
+        # own, off the host series (`run`)
+        self.own_delta = 0.0
         self.given_back = 0.0  # heap bytes a collection freed that were a growth of the user's
 
     def append(self, step: int, values: dict[str, Any]) -> None:
@@ -248,10 +248,11 @@ class LiveCheck:
 
 def _growth_start(steps: pd.DataFrame, growth: Growth, step: int) -> int:
     """The step the growth began at: the first step after the detector's warm-up."""
+    from ..run import step_axis
+
     if not 0 <= growth.warmup_steps < len(steps):
         return step
-    first = float(steps["step"].iloc[growth.warmup_steps])
-    return int(first) if first == first else step
+    return int(step_axis(steps)[growth.warmup_steps])
 
 
 def _collect(read_now: ReadNow) -> float:
