@@ -94,3 +94,20 @@ def test_a_broken_rank_file_names_the_file(tmp_path):
         memleak.load(tmp_path)
     run = memleak.load(tmp_path, errors="skip")
     assert any(p.startswith("rank 1: line 6") for p in run.problems)
+
+
+def test_the_summary_of_ranks_carries_each_ranks_live_warning(tmp_path):
+    for r in range(3):
+        _write_rank(tmp_path, r, 3, slope=MIB if r == 1 else 0)
+    leaking = tmp_path / "run-rank1-of3.jsonl"
+    # the live check's warning, as the recorder writes it mid-run
+    with leaking.open("a") as f:
+        f.write(json.dumps({"type": "event", "event": "leak_confirmed", "step": 60, "column": "allocated_bytes",
+                            "slope": MIB, "since_step": 8}) + "\n")
+    report = memleak.analyze(memleak.load(tmp_path))
+    assert report.ranks[1].live_warning is not None
+    line = "rank 1: " + report.ranks[1].live_warning
+    assert line in " ".join(str(report).split())
+    html = report.to_html()
+    assert "rank 1: the live check" in html
+    assert not any(f"rank {r}: the live check" in str(report) for r in (0, 2))

@@ -13,7 +13,7 @@ from html import escape
 
 from ..units import fmt_duration
 from . import figures, series, tables
-from .live_note import live_warning_line
+from .live_note import live_warning_lines
 from .tables import section
 from .text import detail_text, headline
 
@@ -125,7 +125,7 @@ def _header(report) -> list[str]:
 
 def _verdict(report) -> list[str]:
     g = report.growth
-    live = live_warning_line(report)
+    live = live_warning_lines(report)
     items = []
     if g is not None and not any("growth" in s.detectors for s in report.suspects):
         items = [f"<li>{escape(e)}</li>" for e in g.evidence]
@@ -133,7 +133,7 @@ def _verdict(report) -> list[str]:
         "verdict",
         "Verdict",
         f'<p class="verdict {report.verdict.value}">{escape(headline(report))}</p>',
-        f'<p class="live-warning">{escape(live)}</p>' if live else "",
+        "".join(f'<p class="live-warning">{escape(line)}</p>' for line in live),
         f"<ul>{''.join(items)}</ul>" if items else "",
     )
 

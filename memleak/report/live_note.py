@@ -41,6 +41,15 @@ def live_warning_line(report: Any) -> str | None:
     return f"{warned}; {_what_became_of_it(report.run, g, step)}: {g.shape}, not a leak"
 
 
+def live_warning_lines(report: Any) -> list[str]:
+    """The live-warning line of a run, or of a distributed run's ranks one by one (``rank R: ...``)."""
+    if report.ranks:
+        lines = ((rank, live_warning_line(rep)) for rank, rep in report.ranks.items())
+        return [f"rank {rank}: {line}" for rank, line in lines if line]
+    line = live_warning_line(report)
+    return [line] if line else []
+
+
 def live_warning_dict(report: Any) -> dict | None:
     """The live warning's event fields and the report's line on it, for `Report.to_dict`."""
     line = live_warning_line(report)

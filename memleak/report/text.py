@@ -9,7 +9,7 @@ import pandas as pd
 from ..schema import Kind, Shape, Verdict
 from ..snapshot import site_of
 from ..units import fmt_bytes, fmt_duration, where_ranks
-from .live_note import live_warning_line
+from .live_note import live_warning_line, live_warning_lines
 
 WIDTH = 100
 
@@ -260,7 +260,10 @@ def _render_ranks(report) -> str:
             f"  note: the run file of {where_ranks(cut)} was cut short (the process was killed); "
             "every whole step before that was read"
         )
-    lines += ["", "verdict: " + _ranks_headline(report), "", "ranks:"]
+    lines += ["", "verdict: " + _ranks_headline(report)]
+    for live in live_warning_lines(report):
+        lines += _wrap(live, "  ")
+    lines += ["", "ranks:"]
     rows = [("rank", "verdict", "steps", "memory at end", "peak", "growth/step", "top suspect")]
     for rank, rep in report.ranks.items():
         col, end, peak = run.ranks[rank].memory_level()
