@@ -559,3 +559,32 @@ def test_tee_items_are_held_by_the_copy_that_has_not_read_them():
     h = _walk([sys._getframe()]).holders
     assert h["behind"].count >= 60
     assert "ahead" not in h or h["ahead"].count <= 1
+
+
+class _Tracker:
+    """Maps what it tracks by id and forgets it when it dies: its own bound method is the callback."""
+
+    def __init__(self):
+        self.refs = {}
+
+    def track(self, obj):
+        import weakref
+
+        self.refs[id(obj)] = obj
+        return weakref.finalize(obj, self.forget, id(obj))
+
+    def forget(self, key):
+        self.refs.pop(key, None)
+
+
+def test_tensors_kept_through_a_weakref_finalize_callback_are_named_by_its_owner():
+    """No variable names the trackers: only the finalizer registry keeps them (and so their tensors)."""
+    finalizers = [_Tracker().track(torch.ones(8)) for _ in range(3)]  # a finalize object reaches nothing
+    try:
+        h = _walk([sys._getframe()]).holders
+        st = h["_Tracker.refs"]
+        assert st.count == 3 and st.kind == "finalizer"
+        assert "weakref.finalize" in st.note
+    finally:
+        for f in finalizers:
+            f()
