@@ -545,3 +545,46 @@ def test_tensors_in_pandas_columns_are_named_by_what_holds_the_frames():
     assert (frames_st.count, frames_st.np_arrays, frames_st.nbytes) == (6, 3, 3 * 1024 + 3 * 8)
     assert walk.holders["series"].count == 1
     del frames, series
+
+
+def test_tee_items_are_held_by_the_copy_that_has_not_read_them():
+    """Two copies of ``itertools.tee`` share one buffer: the copy that leads (here made first, so
+    the walk reaches it first) keeps none of the items it has read; the one that lags keeps them all."""
+    import itertools
+
+    ahead, behind = itertools.tee(iter([torch.ones(8) for _ in range(70)]))  # over one buffer link
+    next(behind)
+    for _ in range(69):
+        next(ahead)
+    h = _walk([sys._getframe()]).holders
+    assert h["behind"].count >= 60
+    assert "ahead" not in h or h["ahead"].count <= 1
+
+
+class _Tracker:
+    """Maps what it tracks by id and forgets it when it dies: its own bound method is the callback."""
+
+    def __init__(self):
+        self.refs = {}
+
+    def track(self, obj):
+        import weakref
+
+        self.refs[id(obj)] = obj
+        return weakref.finalize(obj, self.forget, id(obj))
+
+    def forget(self, key):
+        self.refs.pop(key, None)
+
+
+def test_tensors_kept_through_a_weakref_finalize_callback_are_named_by_its_owner():
+    """No variable names the trackers: only the finalizer registry keeps them (and so their tensors)."""
+    finalizers = [_Tracker().track(torch.ones(8)) for _ in range(3)]  # a finalize object reaches nothing
+    try:
+        h = _walk([sys._getframe()]).holders
+        st = h["_Tracker.refs"]
+        assert st.count == 3 and st.kind == "finalizer"
+        assert "weakref.finalize" in st.note
+    finally:
+        for f in finalizers:
+            f()

@@ -115,6 +115,14 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"one copy has not read. Iterate the loader anew at each pass (`while True: for batch in loader: "
             f"...`), or call `iter(loader)` again on `StopIteration`{grad}."
         )
+    if hkind == "finalizer":
+        return (
+            f"`{holder}` is kept by a `weakref.finalize` callback, which the finalizer registry keeps until the "
+            f"watched object dies: a callback that is a bound method of the object mapping what it watches (or "
+            f"takes it as an argument) keeps that object alive, so neither ever goes. Make the callback hold no "
+            f"reference to it (a plain function of an id, a `weakref` to the owner), or call the finalizer "
+            f"(`finalizer()` / `.detach()`) when done{grad}."
+        )
     if hkind == "default_arg":
         return (
             f"`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "

@@ -35,6 +35,7 @@ _WHERE = {
     "local": "the variable",
     "hook": "the hook object",
     "default_arg": "the default argument",
+    "finalizer": "the weakref.finalize-kept",
     "lru_cache": "the lru_cache of",
     "piled_hook": "the hook-captured",
     "optimizer_attr": "the optimizer attribute",

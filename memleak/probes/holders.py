@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import sys
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -44,6 +45,8 @@ _MAX_GLOBALS = 12
 _MIN_DATA_BYTES = 16 * 1024
 # Holders, largest first, whose storing line is looked up in the source.
 _STORES_LOOKED_UP = 20
+# Live weakref.finalize callbacks of the user's code walked at most from each end of the registry.
+_FINALIZERS_SAMPLED = 16
 
 
 def walk_roots(
@@ -83,6 +86,7 @@ def walk_roots(
         _add_globals(w, g)
     if optimizer is not None:  # its extra attributes, when no variable reached it
         w.add_root(optimizer, "optimizer", "local")
+    _add_finalizers(w)
     try:
         w.run()
     finally:
@@ -159,6 +163,39 @@ def _add_class_containers(w: Walk, name: str, cls: type) -> None:
             w.add_root(cv, f"{name}.{ck}", "lru_cache")
         elif not ck.startswith("__") and isinstance(cv, (torch.Tensor, list, dict, collections.deque, set, tuple)):
             w.add_root(cv, f"{name}.{ck}", "class_attr")
+
+
+def _add_finalizers(w: Walk) -> None:
+    """The callbacks of live ``weakref.finalize`` objects whose code is the user's: the finalizer
+    registry keeps each callback, its arguments and the object a bound-method callback belongs to
+    until the watched object dies, so a callback that keeps that object alive (a tracker mapping it,
+    whose bound method is the callback) keeps it, and itself, for the life of the process. Named by
+    the callback's owner (a bound method's class) or the callback."""
+    try:
+        infos = list(weakref.finalize._registry.values())  # type: ignore[attr-defined]
+    except Exception:  # a Python without the registry: no finalizer roots
+        return
+    user = [i for i in infos if _user_code(getattr(i, "func", None))]
+    weight = 1.0
+    if len(user) > 2 * _FINALIZERS_SAMPLED:  # many: their ends, each standing for its share
+        weight = len(user) / (2 * _FINALIZERS_SAMPLED)
+        user = user[:_FINALIZERS_SAMPLED] + user[-_FINALIZERS_SAMPLED:]
+    for info in user:
+        fn = info.func
+        name = reach.fn_name(fn)
+        note = f"kept by the weakref.finalize callback {name}(): the finalizer registry keeps it until its object dies"
+        owner = getattr(fn, "__self__", None)
+        if owner is not None:
+            w.push(owner, type(owner).__name__, type(owner).__name__, "finalizer", weight, note)
+        for i, arg in enumerate([*(info.args or ()), *(info.kwargs or {}).values()]):
+            w.push(arg, f"{name}.args[{i}]", f"{name}.args[{i}]", "finalizer", weight, note)
+        for var, value in closure_items(fn):
+            w.push(value, var, reach.closure_holder(fn, var), "closure", weight, note)
+
+
+def _user_code(fn) -> bool:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code is not None and is_user_file(code.co_filename)
 
 
 # -- which module globals to walk

@@ -9,6 +9,7 @@ import collections
 import functools
 import gc
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -112,7 +113,28 @@ def c_fields(obj) -> list:
     t = type(obj)
     if hasattr(obj, "__dict__") or getattr(t, "__slots__", None) or top_package(t) in SKIP_PACKAGES:
         return []
+    unread = tee_unread(obj)
+    if unread is not None:
+        return unread
     return [r for r in gc.get_referents(obj) if r is not t]
+
+
+def tee_unread(obj) -> list | None:
+    """What one copy of an ``itertools.tee`` keeps: the items it has not read yet and the later
+    links of the buffer the copies share (None for any other object, or where Python no longer
+    tells a copy's place). Its referents are the whole buffer link it reads from, items every copy
+    has read included: walked as they are, the copy that leads would claim the items that only the
+    copy that lags keeps alive."""
+    if type(obj).__name__ != "_tee" or type(obj).__module__ != "itertools":
+        return None
+    try:
+        with warnings.catch_warnings():  # tee's pickle support, deprecated in 3.12, gone in 3.14
+            warnings.simplefilter("ignore", DeprecationWarning)
+            link, index = obj.__reduce__()[2]
+            source, values, nxt = link.__reduce__()[1]
+    except Exception:
+        return None
+    return [source, *values[index:], *([nxt] if nxt is not None else [])]
 
 
 def c_note(obj) -> str:
