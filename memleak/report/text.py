@@ -246,25 +246,10 @@ def boundary_words(run) -> str | None:
     return line
 
 
-def _render_ranks(report) -> str:
+def _rank_rows(report) -> list[tuple[str, ...]]:
+    """The ranks table: a header row, then one row per rank."""
     run = report.run
-    lines = [
-        f"memleak report: {run.path or '(in-memory run)'} "
-        f"({len(run.ranks)} rank{'s' if len(run.ranks) != 1 else ''}, world size {run.world_size})"
-    ]
-    meta = run.meta
-    lines.append(f"  up to {len(run)} steps per rank on {meta.get('device', '?')}, level {meta.get('level', '?')}")
-    if run.truncated:
-        cut = [r for r, x in run.ranks.items() if x.truncated]
-        lines.append(
-            f"  note: the run file of {where_ranks(cut)} was cut short (the process was killed); "
-            "every whole step before that was read"
-        )
-    lines += ["", "verdict: " + _ranks_headline(report)]
-    for live in live_warning_lines(report):
-        lines += _wrap(live, "  ")
-    lines += ["", "ranks:"]
-    rows = [("rank", "verdict", "steps", "memory at end", "peak", "growth/step", "top suspect")]
+    rows: list[tuple[str, ...]] = [("rank", "verdict", "steps", "memory at end", "peak", "growth/step", "top suspect")]
     for rank, rep in report.ranks.items():
         col, end, peak = run.ranks[rank].memory_level()
         g = rep.growth
@@ -285,6 +270,28 @@ def _render_ranks(report) -> str:
                 f"{top.kind.value} at {top.location}" if top else "-",
             )
         )
+    return rows
+
+
+def _render_ranks(report) -> str:
+    run = report.run
+    lines = [
+        f"memleak report: {run.path or '(in-memory run)'} "
+        f"({len(run.ranks)} rank{'s' if len(run.ranks) != 1 else ''}, world size {run.world_size})"
+    ]
+    meta = run.meta
+    lines.append(f"  up to {len(run)} steps per rank on {meta.get('device', '?')}, level {meta.get('level', '?')}")
+    if run.truncated:
+        cut = [r for r, x in run.ranks.items() if x.truncated]
+        lines.append(
+            f"  note: the run file of {where_ranks(cut)} was cut short (the process was killed); "
+            "every whole step before that was read"
+        )
+    lines += ["", "verdict: " + _ranks_headline(report)]
+    for live in live_warning_lines(report):
+        lines += _wrap(live, "  ")
+    lines += ["", "ranks:"]
+    rows = _rank_rows(report)
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         lines.append(
