@@ -68,6 +68,7 @@ class Kind(StrEnum):
     RETAINED_GRAPH = "retained_graph"
     CACHED_TENSOR = "cached_tensor"
     SURVIVING_TENSORS = "surviving_tensors"
+    PYTHON_OBJECTS = "python_objects"  # plain Python data (numbers, strings, lists, dicts) a holder keeps
     FRAGMENTATION = "fragmentation"
     LINEAR_GROWTH = "linear_growth"
     HOST_GROWTH = "host_growth"

@@ -83,9 +83,9 @@ def _entry(
     if "." in name and hkind in ("local", "global"):
         where = "the attribute"
     what = f"{where + ' ' if where else ''}{name}"
-    f = entry(findings, name, kind=Kind.SURVIVING_TENSORS)
+    f = entry(findings, name, kind=Kind.PYTHON_OBJECTS)
     f.update(
-        kind=Kind.SURVIVING_TENSORS,
+        kind=Kind.PYTHON_OBJECTS,
         leak=True,
         confidence=max(f["confidence"], min(tr["confidence"], host.confidence + 0.3) if host else 0.6),
         bps=max(f["bps"], tr["slope"]),
