@@ -121,7 +121,7 @@ def c_fields(obj) -> list:
     return [r for r in gc.get_referents(obj) if r is not t]
 
 
-_TEE = type(itertools.tee(())[0])
+_TEE: type = type(itertools.tee(())[0])
 
 
 def tee_unread(tee) -> list | None:
