@@ -169,7 +169,7 @@ class HolderRow(_Record):
 
     holder: str  # the path a person would type: `history`, `metric.preds`, `blocks.1.attn.cache`
     # local, global, class_attr, module_attr, closure, optimizer_attr, optimizer_params, default_arg, hook,
-    # lru_cache, ...
+    # lru_cache, jit (functions torch.jit.trace compiled: probes/jit_traces.py), ...
     kind: str = ""
     count: float = 0  # tensors held (one decimal: a long container's are estimated from its ends)
     bytes: int = 0  # bytes of their storages

@@ -68,6 +68,9 @@ class Kind(StrEnum):
     RETAINED_GRAPH = "retained_graph"
     CACHED_TENSOR = "cached_tensor"
     SURVIVING_TENSORS = "surviving_tensors"
+    # objects a holder keeps that are no tensors: plain Python data (numbers, strings, lists, dicts),
+    # functions torch.jit.trace compiled (probes/jit_traces.py)
+    PYTHON_OBJECTS = "python_objects"
     FRAGMENTATION = "fragmentation"
     LINEAR_GROWTH = "linear_growth"
     HOST_GROWTH = "host_growth"

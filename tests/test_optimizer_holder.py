@@ -12,7 +12,7 @@ from torch import nn
 from memleak.detect.culprit_fixes import _container_fix
 from memleak.probes.holders import walk_roots
 from memleak.probes.identity import Ages, excluded_ids
-from memleak.probes.optimizer_params import stale_params
+from memleak.probes.optimizer_params import StartParams, stale_params
 
 
 def _grown(steps: int):
@@ -97,3 +97,45 @@ def test_a_tracked_run_names_the_group_added_every_step():
 def test_the_fix_says_how_to_stop_adding_groups():
     fix = _container_fix("opt.param_groups", "optimizer_params", "")
     assert "add_param_group" in fix and "before the loop" in fix
+
+
+def test_without_a_model_the_parameters_held_when_first_seen_are_owned():
+    model = nn.Linear(8, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    start = StartParams()
+    start.owned(opt)  # first seen: the model's parameters
+    for _ in range(2):
+        opt.add_param_group({"params": nn.Linear(8, 8).parameters()})
+    ids, _ = excluded_ids(None, opt, start)
+    assert all(id(p) in ids for p in model.parameters())
+    assert not any(id(p) in ids for g in opt.param_groups[1:] for p in g["params"])
+    h = walk_roots(step=3, model=None, optimizer=opt, ages=Ages(), exclude=ids, frames=[sys._getframe()]).holders
+    assert h["opt.param_groups"].count == 4
+
+
+def test_a_run_tracked_with_the_optimizer_alone_names_the_group_added_every_step():
+    model = nn.Linear(64, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with memleak.track(optimizer=opt, level="full") as tracker:
+        for _ in range(20):
+            adapter = nn.Linear(64, 64)
+            opt.add_param_group({"params": adapter.parameters()})
+            opt.zero_grad()
+            model(adapter(torch.ones(8, 64))).sum().backward()
+            opt.step()
+    top = tracker.report().suspects[0]
+    assert top.leak and top.location == "opt.param_groups", top
+    assert "add_param_group" in top.fix
+
+
+def test_a_run_tracked_with_the_optimizer_alone_and_fixed_groups_names_no_param_groups():
+    model = nn.Linear(64, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with memleak.track(optimizer=opt, level="full") as tracker:
+        for _ in range(12):
+            opt.zero_grad()
+            model(torch.ones(8, 64)).sum().backward()
+            opt.step()
+    report = tracker.report()
+    assert not any("param_groups" in s.location for s in report.suspects)
+    assert not any("param_groups" in r.holder for rec in tracker.run().holders for r in rec.holders)

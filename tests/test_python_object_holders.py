@@ -92,7 +92,7 @@ def test_growing_python_list_that_explains_rss_is_named_with_a_fix():
     run = _run(data_bps=90 * KIB, rss_bps=110 * KIB)  # 1.6 % of RSS: under the 2 % RSS needs alone
     assert not growth_detect(run)
     f = _at(culprits.detect(run), "preds")
-    assert f is not None and f.kind.value == "surviving_tensors"
+    assert f is not None and f.kind.value == "python_objects"
     assert f.bytes_per_step > 80 * KIB
     text = " ".join(f.evidence)
     assert "holds 60 Python objects" in text and "rss_bytes" in text and "this holder backs it" in text
@@ -100,6 +100,17 @@ def test_growing_python_list_that_explains_rss_is_named_with_a_fix():
     report = memleak.analyze(run)
     assert report.verdict.value == "leak" and report.suspects[0].location == "preds"
     assert report.growth.column == "rss_bytes"  # the verdict quotes the series that shows it
+    assert report.suspects[0].kind.value == "python_objects" and "python_objects at preds" in str(report)
+
+
+def test_findings_saved_before_the_python_objects_kind_still_load():
+    from memleak.schema import Kind, finding_from_dict
+
+    old = {"detector": "culprits", "kind": "surviving_tensors", "location": "preds", "bytes_per_step": 1.0}
+    old.update(total_bytes=1.0, confidence=0.6, evidence=["holds 60 Python objects"], fix="keep less")
+    new = dict(old, kind="python_objects")
+    assert finding_from_dict(old).kind is Kind.SURVIVING_TENSORS
+    assert finding_from_dict(new).kind is Kind.PYTHON_OBJECTS
 
 
 def test_a_holder_sampled_only_while_young_is_confirmed_by_the_rss_it_grows_with_not_the_heap():

@@ -98,7 +98,7 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"tensors every step: append a number (`loss.item()`) or a detached copy (`t.detach().cpu()`), "
             f"bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
         )
-    kept = _optimizer_fix(holder, hkind, grad) or _hook_fix(holder, hkind, grad)
+    kept = _optimizer_fix(holder, hkind, grad) or _hook_fix(holder, hkind, grad) or jit_fix(holder, hkind)
     if kept:
         return kept
     if hkind == "lru_cache":
@@ -191,3 +191,16 @@ def _hook_fix(holder: str, hkind: str, grad: str) -> str:
             f"before registering a new one{grad}."
         )
     return ""
+
+
+def jit_fix(holder: str, hkind: str) -> str:
+    """The fix for what ``torch.jit.trace`` called again and again keeps (probes/jit_traces.py), else ''."""
+    if hkind != "jit":
+        return ""
+    return (
+        f"`{holder}` is called again and again (every step here): TorchScript keeps each traced function, its "
+        f"graph and the tensors it captured as constants, in its global compilation unit for the rest of the "
+        f"process, even once the traced result is deleted (pytorch/pytorch#35600). Trace once, before the loop, "
+        f"and reuse the traced module or function (one per input shape at most); pass tensors as inputs instead "
+        f"of capturing them; or run the module eagerly (or with `torch.compile`) where tracing is not needed."
+    )

@@ -37,7 +37,7 @@ def merge_siblings(findings: Entries) -> None:
             f.get("leak")
             and "." in loc
             and ":" not in loc
-            and f["kind"] in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
+            and f["kind"] in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR, Kind.PYTHON_OBJECTS)
         ):
             by_parent[loc.rsplit(".", 1)[0]].append(loc)
     for parent, locs in by_parent.items():

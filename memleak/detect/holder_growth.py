@@ -40,6 +40,7 @@ _WHERE = {
     "piled_hook": "the hook-captured",
     "optimizer_attr": "the optimizer attribute",
     "optimizer_params": "the optimizer's",
+    "jit": "TorchScript's compilation unit, filled by",
 }
 
 

@@ -22,6 +22,7 @@ from ..records import HoldersRecord
 from ..run import HOST_COLUMNS, Run
 from ..schema import Kind
 from ..units import fmt_bytes
+from .culprit_fixes import jit_fix
 from .culprit_table import Entries, entry
 from .growth import Growth, analyze_growth
 from .holder_growth import _WHERE, _col, _series
@@ -83,9 +84,9 @@ def _entry(
     if "." in name and hkind in ("local", "global"):
         where = "the attribute"
     what = f"{where + ' ' if where else ''}{name}"
-    f = entry(findings, name, kind=Kind.SURVIVING_TENSORS)
+    f = entry(findings, name, kind=Kind.PYTHON_OBJECTS)
     f.update(
-        kind=Kind.SURVIVING_TENSORS,
+        kind=Kind.PYTHON_OBJECTS,
         leak=True,
         confidence=max(f["confidence"], min(tr["confidence"], host.confidence + 0.3) if host else 0.6),
         bps=max(f["bps"], tr["slope"]),
@@ -101,10 +102,14 @@ def _entry(
             "obj_bytes": nbytes,
         },
     )
+    items = (
+        "traced TorchScript functions (their graphs are host memory, ~3 KiB a node)"
+        if hkind == "jit"
+        else "Python objects (items of plain data: numbers, strings, lists or dicts of them; no tensor)"
+    )
     f["evidence"].append(
-        f"{what} holds {int(round(objects[-1]))} Python objects (items of plain data: numbers, strings, "
-        f"lists or dicts of them; no tensor) of about {fmt_bytes(nbytes[-1])} at step {steps[-1]}, up from "
-        f"{int(round(objects[0]))} at step {steps[0]}: ~{fmt_bytes(tr['slope'])} per step "
+        f"{what} holds {int(round(objects[-1]))} {items} of about {fmt_bytes(nbytes[-1])} at step {steps[-1]}, "
+        f"up from {int(round(objects[0]))} at step {steps[0]}: ~{fmt_bytes(tr['slope'])} per step "
         f"(sizes estimated from the items at its ends)"
     )
     if host is None:
@@ -125,6 +130,8 @@ def _entry(
 
 def data_fix(holder: str, hkind: str) -> str:
     """What to keep instead of every step's Python objects, or how to bound or clear them."""
+    if hkind == "jit":
+        return jit_fix(holder, hkind)
     owner = ""
     if hkind == "closure":
         owner = " (a closure keeps it alive)"

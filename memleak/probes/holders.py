@@ -33,6 +33,7 @@ from . import reach
 from .frames import is_locals_snapshot, is_user_file, release_snapshots
 from .graphs import Roots
 from .identity import Ages, module_names
+from .jit_traces import add_traced
 from .reach import closure_items, default_items
 from .stores import find_store, source_regions
 from .walk import Walk
@@ -87,6 +88,8 @@ def walk_roots(
     if optimizer is not None:  # its extra attributes, when no variable reached it
         w.add_root(optimizer, "optimizer", "local")
     _add_finalizers(w)
+    if frames:  # what torch.jit.trace compiled, kept for the whole process
+        add_traced(w)
     try:
         w.run()
     finally:

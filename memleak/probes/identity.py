@@ -109,16 +109,21 @@ def params_and_buffers(model) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     return list(params.values()), list(buffers.values())
 
 
-def excluded_ids(model, optimizer) -> tuple[set[int], set[int]]:
+def excluded_ids(model, optimizer, start_params=None) -> tuple[set[int], set[int]]:
     """Ids of parameters, gradients, buffers and optimizer state; and their storage pointers.
 
     With a model, only its parameters (and their gradients and optimizer state) are owned: a
     parameter the optimizer keeps that no module of the model has (a group added on every step)
-    is counted where the walk finds it (`optimizer_params`). Without one, all the optimizer's are."""
+    is counted where the walk finds it (`optimizer_params`). Without one, the optimizer's are,
+    or, given `start_params` (`optimizer_params.StartParams`), those it held when first seen."""
     params, owned = params_and_buffers(model)
     if optimizer is not None:
         if model is None:
-            params = [p for group in optimizer.param_groups for p in group["params"]]
+            params = (
+                start_params.owned(optimizer)
+                if start_params is not None
+                else [p for group in optimizer.param_groups for p in group["params"]]
+            )
         mine = {id(p) for p in params}
         for p, st in optimizer.state.items():
             if isinstance(st, dict) and id(p) in mine:

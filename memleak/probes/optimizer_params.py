@@ -6,10 +6,15 @@ The model's parameters and their state are owned (`identity.excluded_ids`); a pa
 optimizer holds that no module of the model has is counted under ``<optimizer>.param_groups``.
 A constant set of them (a learnable loss weight) stays flat; a group added on every step
 (``add_param_group`` with a layer built inside the loop) grows, and is named there.
+
+Tracked without a model (``memleak.track(optimizer=opt)``), the parameters the optimizer held
+when memleak first saw it stand for the model's (`StartParams`): those added later are counted
+the same way.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +24,26 @@ from . import reach
 
 #: Tensors of the optimizer's groups listed at most per walk (the rest is not walked).
 _MAX_LISTED = 4096
+
+
+class StartParams:
+    """The parameters each optimizer held when memleak first saw it (weak references, by id):
+    without a model they are the model's, and what the optimizer gains later is counted."""
+
+    def __init__(self) -> None:
+        self._by_opt: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def owned(self, opt: Any) -> list[torch.Tensor]:
+        """`opt`'s parameters that it held when first seen here (all of them, the first time)."""
+        params = [p for g in getattr(opt, "param_groups", None) or () for p in g.get("params", ())]
+        params = [p for p in params if isinstance(p, torch.Tensor)]
+        try:
+            known = self._by_opt.get(opt)
+            if known is None:
+                known = self._by_opt[opt] = {id(p): weakref.ref(p) for p in params}
+        except TypeError:  # an optimizer without weak references: all its parameters are owned
+            return params
+        return [p for p in params if (r := known.get(id(p))) is not None and r() is p]
 
 
 def stale_params(opt: Any, exclude: set[int]) -> list[torch.Tensor]:
@@ -56,6 +81,6 @@ def optimizer_held(opt: Any, exclude: set[int], foreign: set[int]) -> Iterator[t
             "param_groups",
             stale,
             "optimizer_params",
-            f"parameters {name} keeps in its param_groups that are not the model's (with their "
-            "gradients and its state for them)",
+            f"parameters {name} keeps in its param_groups that are not the model's (tracked without a "
+            "model: that it gained after tracking started), with their gradients and its state for them",
         )

@@ -46,6 +46,7 @@ from .frames import user_frames, user_site
 from .holder_stats import compare_sizes, holder_sizes
 from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
+from .optimizer_params import StartParams
 from .referrers import name_by_referrers
 from .survivors import Survivors, birth_cohorts, cohorts_per_site, group_births, name_site, saved_cohorts
 from .tagging import MAX_TAGS, Box, Tagging, stacks_empty, sweep
@@ -73,6 +74,8 @@ class TensorProbe(Probe):
     def start(self, ctx: ProbeContext) -> dict[str, Any]:
         self.ctx = ctx
         self.budget = float(ctx.options.get("deep_budget", 0.10))
+        self.start_params = StartParams()  # without a model: the optimizer's parameters now are its
+        self.start_params.owned(ctx.optimizer_ref())
         self.ages = Ages()
         self.births: dict[int, tuple[Any, int, str]] = {}  # id -> (weakref, step, site)
         self.saved: list[tuple] = []  # (weakref to the box, step, storage ptr, bytes, site)
@@ -231,7 +234,7 @@ class TensorProbe(Probe):
     def _deep_sample(self, step: int, final: bool = False) -> None:
         model = self.ctx.model_ref()
         opt = self.ctx.optimizer_ref()
-        exclude, ptrs = excluded_ids(model, opt)
+        exclude, ptrs = excluded_ids(model, opt, self.start_params)
         frames = user_frames()
         here = [(id(f), f.f_code) for f in frames]
         if not final:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import functools
 import gc
+import itertools
 import sys
 import warnings
 from typing import Any
@@ -113,28 +114,30 @@ def c_fields(obj) -> list:
     t = type(obj)
     if hasattr(obj, "__dict__") or getattr(t, "__slots__", None) or top_package(t) in SKIP_PACKAGES:
         return []
-    unread = tee_unread(obj)
-    if unread is not None:
-        return unread
+    if t is _TEE:
+        unread = tee_unread(obj)
+        if unread is not None:
+            return unread
     return [r for r in gc.get_referents(obj) if r is not t]
 
 
-def tee_unread(obj) -> list | None:
-    """What one copy of an ``itertools.tee`` keeps: the items it has not read yet and the later
-    links of the buffer the copies share (None for any other object, or where Python no longer
-    tells a copy's place). Its referents are the whole buffer link it reads from, items every copy
-    has read included: walked as they are, the copy that leads would claim the items that only the
-    copy that lags keeps alive."""
-    if type(obj).__name__ != "_tee" or type(obj).__module__ != "itertools":
-        return None
+_TEE: type = type(itertools.tee(())[0])
+
+
+def tee_unread(tee) -> list | None:
+    """What one copy of an ``itertools.tee`` has not read yet: the items of its block from its
+    position on, and the blocks after it (with the source iterator). The copies share the blocks,
+    so the copy that lags keeps what the others have read, and the one that is ahead keeps next
+    to nothing: naming the walk's first copy would name the wrong one. None where Python no longer
+    tells a copy's position (``__reduce__``, deprecated in 3.12, gone in 3.14)."""
     try:
-        with warnings.catch_warnings():  # tee's pickle support, deprecated in 3.12, gone in 3.14
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            link, index = obj.__reduce__()[2]
-            source, values, nxt = link.__reduce__()[1]
-    except Exception:
+            data, index = tee.__reduce__()[2]
+            source, values, nxt = data.__reduce__()[1]
+    except Exception:  # any failure falls back to the fields the collector sees
         return None
-    return [source, *values[index:], *([nxt] if nxt is not None else [])]
+    return [*values[index:], *(x for x in (nxt, source) if x is not None)]
 
 
 def c_note(obj) -> str:

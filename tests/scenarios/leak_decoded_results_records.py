@@ -12,7 +12,7 @@ from torch import nn
 
 from ._common import MLP, batch, seed
 
-EXPECTED = {"verdict": "leak", "kind": "surviving_tensors", "location": "evaluator.records", "top": 1}
+EXPECTED = {"verdict": "leak", "kind": "python_objects", "location": "evaluator.records", "top": 1}
 VOCAB = [f"token_{i:03d}" for i in range(64)]
 
 

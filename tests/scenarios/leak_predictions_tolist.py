@@ -14,7 +14,7 @@ from torch import nn
 
 from ._common import MLP, batch, seed
 
-EXPECTED = {"verdict": "leak", "kind": "surviving_tensors", "location": "all_probs", "top": 1}
+EXPECTED = {"verdict": "leak", "kind": "python_objects", "location": "all_probs", "top": 1}
 
 
 def run(tracker_factory, steps=30):
