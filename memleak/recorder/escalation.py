@@ -21,6 +21,12 @@ is seen surviving; when the run ends, the tensor probe walks once more (`Probe.f
 what survived early is looked at again at the end (and, while the loop's frame is alive, each
 holder's count is sampled once more: a holder kept every few steps gets its latest count).
 
+Checks (`check`): once the young steps ended, one deep step (tagging, the reference walk) at steps
+`CHECK_RATIO` apart, outside the windows' budget (a log(n) cost): a holder gaining a tensor every
+10 or 20 steps, too little for the growth screen, is counted at a few steps over the run. After a
+quiet start, the first check that sees anything survive or grow (`Probe.quiet`) opens a growth
+window at once: a leak that began after the young steps is sampled while it runs.
+
 Windows open
 
 - when the growth screen sees memory start to rise (`growth`): Kendall's tau of the last
