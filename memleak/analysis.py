@@ -141,9 +141,10 @@ def _slope(report: Report) -> float:
 
 def decide(growth, suspects) -> Verdict:
     """The verdict: a leak when a suspect is sure enough; inconclusive when the run is too
-    short or grows without proof; else clean."""
+    short or grows without proof (linear growth, steady or not, that no suspect is sure enough
+    of: memory that keeps rising is never called clean); else clean."""
     if any(s.leak and s.confidence >= LEAK_CONFIDENCE for s in suspects):
         return Verdict.LEAK
-    if growth.shape in (Shape.TOO_SHORT, Shape.NO_DATA) or (growth.shape == Shape.LINEAR and not growth.leak):
+    if growth.shape in (Shape.TOO_SHORT, Shape.NO_DATA, Shape.LINEAR):
         return Verdict.INCONCLUSIVE
     return Verdict.CLEAN

@@ -115,6 +115,7 @@ class DetailReason(StrEnum):
     SAMPLE = "sample"  # a sampled window, paid for by the auto level's time budget
     WINDOW_END = "window_end"  # the window took its samples: back to counters
     QUIET = "quiet"  # the young steps saw nothing surviving or growing: back to counters early
+    CHECK = "check"  # one deep step (tagging and a reference walk) at steps CHECK_RATIO apart
 
 
 class Boundary(StrEnum):

@@ -82,7 +82,10 @@ def test_sampled_windows_keep_to_their_budget():
         elapsed += seconds
         auto.after(step, seconds, elapsed, _series(heap[max(0, step - 70): step + 1]))
     assert auto.windows >= 2  # sampled ones, after the young steps
-    windows = full - escalation.YOUNG_STEPS  # the young steps are a start-up cost, not the budget's
+    # the young steps are a start-up cost, not the budget's; so are the checks (a log(n) cost)
+    checks = auto.checks * escalation.CHECK_STEPS
+    assert 0 < checks <= 20
+    windows = full - escalation.YOUNG_STEPS - checks
     assert 0 < windows <= auto.windows * escalation.WINDOW_STEPS
     extra = windows * 0.01
     assert extra <= escalation.SAMPLE_BUDGET * elapsed * 1.2

@@ -3,6 +3,8 @@ last their full length where anything does."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -36,7 +38,9 @@ def test_a_clean_loop_pays_for_eight_young_steps_not_thirty_two():
     report = _loop(40, lambda model, loss: None)
     spans = report.run.detail_spans()
     q = escalation.QUIET_AT
-    assert spans[:2] == [(0, q - 1, "full", "start"), (q, 39, "counters", "quiet")], spans
+    c = math.ceil(escalation.CHECK_RATIO * q)  # then one-step checks, CHECK_RATIO apart
+    assert spans[:3] == [(0, q - 1, "full", "start"), (q, c - 1, "counters", "quiet"), (c, c, "full", "check")], spans
+    assert {(level, why) for _, _, level, why in spans[3:]} == {("full", "check"), ("counters", "window_end")}
     assert report.verdict.value == "clean", str(report)
     assert f"full detail on steps 0-{q - 1} (start)" in str(report)
     assert f"the young steps ended at step {q}: nothing survived or grew in them" in " ".join(str(report).split())

@@ -241,13 +241,22 @@ def holder_sizes(holders: dict[str, HolderStats], buffers: dict[str, list], owne
     return sizes
 
 
-def compare_sizes(before: dict[str, tuple], after: dict[str, tuple]) -> tuple[bool, float]:
+#: A holder the last walk did not find counts as grown (`compare_sizes`, `new=True`) from this many
+#: tensors on.
+NEW_HOLDER_TENSORS = 2
+
+
+def compare_sizes(before: dict[str, tuple], after: dict[str, tuple], new: bool = False) -> tuple[bool, float]:
     """Of the holders both walks found: whether one holds more tensors, tensor bytes or graph nodes
-    in the second, and the most plain-data bytes one gained."""
+    in the second, and the most plain-data bytes one gained; with `new`, a holder only the second
+    found holding NEW_HOLDER_TENSORS tensors or more has grown too (walks far apart: a list filled
+    since the last one)."""
     tensors, data = False, 0.0
     for name, now in after.items():
         was = before.get(name)
-        if was is not None:
+        if was is None:
+            tensors = tensors or (new and now[0] >= NEW_HOLDER_TENSORS)
+        else:
             tensors = tensors or any(a > b for a, b in zip(now[:3], was[:3], strict=True))
             data = max(data, now[3] - was[3])
     return tensors, data

@@ -264,7 +264,8 @@ class TensorProbe(Probe):
             return
         self.prev_roots = walk.roots
         sizes = holder_sizes(walk.holders, walk.buffers, len(exclude))
-        grown, data = compare_sizes(self.sizes, sizes)
+        # a window's (a check's) walk comes long after the last: a holder filled since is new to it
+        grown, data = compare_sizes(self.sizes, sizes, new=bool(self.window) and self.sized_at is not None)
         self.seen = self.seen or grown
         if self.sized_at is not None:
             self.data_bps = max(self.data_bps, data / max(1, step - self.sized_at))

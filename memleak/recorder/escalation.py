@@ -21,6 +21,12 @@ is seen surviving; when the run ends, the tensor probe walks once more (`Probe.f
 what survived early is looked at again at the end (and, while the loop's frame is alive, each
 holder's count is sampled once more: a holder kept every few steps gets its latest count).
 
+Checks (`check`): once the young steps ended, one deep step (tagging, the reference walk) at steps
+`CHECK_RATIO` apart, outside the windows' budget (a log(n) cost): a holder gaining a tensor every
+10 or 20 steps, too little for the growth screen, is counted at a few steps over the run. After a
+quiet start, the first check that sees anything survive or grow (`Probe.quiet`) opens a growth
+window at once: a leak that began after the young steps is sampled while it runs.
+
 Windows open
 
 - when the growth screen sees memory start to rise (`growth`): Kendall's tau of the last
@@ -78,6 +84,12 @@ SAMPLE_GAP = 100
 UNMEASURED_DETAIL = 1.0
 #: A growth window waits until the run is this many times as long as when the last one opened.
 GROWTH_SPACING = 2.0
+#: Checks: one deep step each (the reference walk: each holder's count) once the young steps ended,
+#: at steps each CHECK_RATIO times the last (from CHECK_RATIO times the young steps' end), so that
+#: a holder that gains a tensor every few steps, too little for the growth screen, is counted at a
+#: few steps spread over the run (a log(n) cost, like the young steps', not a share of the run).
+CHECK_RATIO = 1.5
+CHECK_STEPS = 1
 #: The growth screen: Kendall's tau over the last SCREEN_ROWS values (at least SCREEN_MIN_ROWS)...
 SCREEN_ROWS = 64
 SCREEN_MIN_ROWS = 8
@@ -182,6 +194,10 @@ class AutoLevel:
         self.on = False
         self.until = 0  # the window covers the steps before this one (and the last one ended there)
         self.windows = 0
+        self.checking = False  # the detail on is a check's
+        self.quiet_start = False  # the young steps ended quiet, and no check has seen anything since
+        self.checks = 0  # checks run (they are not windows, nor paid by the windows' budget)
+        self.check_seconds = 0.0
         self.growth_at = 0  # the step the last growth window opened at (0: none yet)
         self.detail_seconds = 0.0  # time of the detail steps (step 0 aside: first-use set-up)
         self.detail_steps = 0
@@ -189,6 +205,8 @@ class AutoLevel:
         self.next_screen = SCREEN_MIN_ROWS
         self.screen_seconds = 0.0
         self.young = False  # the first steps, run as at level full (their cost is not the windows')
+        self.next_check = math.inf  # the step the next check runs at (set when the young steps end)
+        self.screen_from = 0  # the growth screen's rows start here (the last window's end)
 
     def begin(self) -> tuple[bool | None, DetailReason]:
         """The young run's detail: None, each probe on level full's own schedule."""
@@ -210,16 +228,27 @@ class AutoLevel:
         never end early). A change of detail from the next step, or None."""
         nxt = step + 1
         if self.on:
-            if not self.young:
+            if self.checking:
+                self.check_seconds += seconds  # a log(n) cost, as the young steps: not the budget's
+            elif not self.young:
                 self.detail_seconds += seconds
                 self.detail_steps += 1
             elif QUIET_AT <= nxt < self.until and quiet(probes, series):
-                self.until = nxt
+                self.until = self.screen_from = nxt
+                self.next_check = math.ceil(CHECK_RATIO * nxt)
+                self.quiet_start = True
                 self.on = self.young = False
                 return False, DetailReason.QUIET
             if nxt < self.until:
                 return None
-            self.on = self.young = False
+            if self.checking and self._escalate(probes):
+                self.growth_at = nxt
+                return self._open(nxt, DetailReason.GROWTH)
+            if self.young:
+                self.next_check = math.ceil(CHECK_RATIO * nxt)
+            if not self.checking:
+                self.screen_from = self.until  # a check's step is not left out of the screen's rows
+            self.on = self.young = self.checking = False
             return False, DetailReason.WINDOW_END
         self.plain = seconds if self.plain is None else 0.9 * self.plain + 0.1 * seconds
         if nxt >= self.next_screen and nxt >= self.growth_at * GROWTH_SPACING:
@@ -227,9 +256,21 @@ class AutoLevel:
                 self.growth_at = nxt
                 return self._open(nxt, DetailReason.GROWTH)
         per_window = self._per_window()
-        if nxt >= self.until + SAMPLE_GAP and self.spent() + per_window <= SAMPLE_BUDGET * elapsed:
+        if nxt >= self.screen_from + SAMPLE_GAP and self.spent() + per_window <= SAMPLE_BUDGET * elapsed:
             return self._open(nxt, DetailReason.SAMPLE)
+        if nxt >= self.next_check:
+            self.next_check = math.ceil(CHECK_RATIO * nxt)
+            return self._open(nxt, DetailReason.CHECK, CHECK_STEPS)
         return None
+
+    def _escalate(self, probes: Sequence[Probe]) -> bool:
+        """Whether the check that ends saw, first in a run whose young steps were quiet, a tensor
+        survive its step, a graph outlive its backward or a holder grow (`Probe.quiet`): a window
+        follows at once (once a run), to sample what started after the young steps."""
+        if not self.quiet_start or all(p.quiet(MIN_DATA_BPS) for p in probes):
+            return False
+        self.quiet_start = False
+        return True
 
     def _per_window(self) -> float:
         """What one more window is expected to cost: the windows' mean so far, or before the first
@@ -240,15 +281,17 @@ class AutoLevel:
 
     def _screen(self, step: int, series: Mapping[str, array]) -> bool:
         t0 = time.perf_counter()
-        seen = screen(series, self.until)
+        seen = screen(series, self.screen_from)
         cost = time.perf_counter() - t0
         self.screen_seconds += cost
         plain = max(self.plain or 0.0, 1e-6)
         self.next_screen = step + max(SCREEN_EVERY, math.ceil(cost / (SCREEN_BUDGET * plain)))
         return seen
 
-    def _open(self, step: int, why: DetailReason) -> tuple[bool, DetailReason]:
+    def _open(self, step: int, why: DetailReason, steps: int = WINDOW_STEPS) -> tuple[bool, DetailReason]:
         self.on = True
-        self.until = step + WINDOW_STEPS
-        self.windows += 1
+        self.until = step + steps
+        self.checking = why == DetailReason.CHECK
+        self.windows += not self.checking
+        self.checks += self.checking
         return True, why
