@@ -31,12 +31,13 @@ def test_a_traced_function_keeps_its_captured_tensor_as_a_constant():
     assert any(t is w for t in consts)
 
 
-def _loop(trace_each_step: bool, steps: int = 24):
+def _loop(trace_each_step: bool, steps: int = 24, before: int = 1):
     model = nn.Sequential(*[nn.Linear(32, 32) for _ in range(6)])
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(8, 32)
     with torch.no_grad():
-        exported = torch.jit.trace(model, x, check_trace=False)  # once, before the loop: fine
+        for _ in range(before):
+            exported = torch.jit.trace(model, x, check_trace=False)  # before the loop: fine
     with memleak.track(model, optimizer=opt, level="full") as tracker:
         for _ in range(steps):
             if trace_each_step:
@@ -56,6 +57,14 @@ def test_a_module_traced_every_step_is_named_with_the_fix_to_trace_once():
     assert top.leak and top.location == "torch.jit.trace(Sequential.forward)", report.suspects[:3]
     assert "traced TorchScript functions" in " ".join(top.evidence)
     assert "Trace once, before the loop" in top.fix
+
+
+def test_traces_from_before_tracking_do_not_hide_the_loops():
+    """The process traced the same module many times before the loop (an earlier test, an export
+    step): only the traces since tracking began count, so the loop's are not a small rise on a
+    large level."""
+    report = _loop(True, before=80)
+    assert report.suspects[0].location == "torch.jit.trace(Sequential.forward)", report.suspects[:3]
 
 
 def test_a_module_traced_once_names_no_trace():

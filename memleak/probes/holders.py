@@ -62,8 +62,10 @@ def walk_roots(
     graph_cap: int = 3000,
     device_type: str | None = None,
     prev_roots: dict[str, Roots] | None = None,
+    traces_since: int = 0,
 ) -> Walk:
-    """Walk from the frames' locals, their globals, and the model tree."""
+    """Walk from the frames' locals, their globals, and the model tree (and, with frames, the
+    functions torch.jit.trace made after the first `traces_since`)."""
     w = Walk(
         step=step,
         exclude=exclude,
@@ -89,7 +91,7 @@ def walk_roots(
         w.add_root(optimizer, "optimizer", "local")
     _add_finalizers(w)
     if frames:  # what torch.jit.trace compiled, kept for the whole process
-        add_traced(w)
+        add_traced(w, traces_since)
     try:
         w.run()
     finally:

@@ -58,11 +58,13 @@ def graph_of(fn: Any) -> tuple[int, list[torch.Tensor]]:
     return nodes, consts
 
 
-def add_traced(w: Any) -> None:
-    """Tally the compilation unit's traced functions under one holder of the walk `w`. The
+def add_traced(w: Any, since: int = 0) -> None:
+    """Tally the traced functions the compilation unit gained after its first `since` under one
+    holder of the walk `w` (those from before tracking began are no part of the loop's growth, and
+    a process that traced much before would hide the loop's traces in their number). The
     functions of one name (every trace of ``M.forward``) are alike: the ends of a long run of them
     are read and scaled (`SEQ_SAMPLE` at each end), as for any long container."""
-    fns = traced_functions()
+    fns = traced_functions()[since:]
     if not fns:
         return
     groups: dict[str, list] = {}
@@ -72,7 +74,7 @@ def add_traced(w: Any) -> None:
     st = w._stats(holder, HOLDER_KIND)
     st.note = st.note or (
         f"functions torch.jit.trace compiled into TorchScript's global compilation unit, which keeps "
-        f"each for the rest of the process ({len(fns)} of them, graphs ~{NODE_BYTES // 1024} KiB a node)"
+        f"each for the rest of the process ({len(fns)} since tracking began, graphs ~{NODE_BYTES // 1024} KiB a node)"
     )
     for group in groups.values():
         n = len(group)

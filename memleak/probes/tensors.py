@@ -46,6 +46,7 @@ from .frames import user_frames, user_site
 from .holder_stats import compare_sizes, holder_sizes
 from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
+from .jit_traces import traced_functions
 from .optimizer_params import StartParams
 from .referrers import name_by_referrers
 from .survivors import Survivors, birth_cohorts, cohorts_per_site, group_births, name_site, saved_cohorts
@@ -76,6 +77,7 @@ class TensorProbe(Probe):
         self.budget = float(ctx.options.get("deep_budget", 0.10))
         self.start_params = StartParams()  # without a model: the optimizer's parameters now are its
         self.start_params.owned(ctx.optimizer_ref())
+        self.traces_at_start = len(traced_functions())  # the compilation unit's earlier traces: not the loop's
         self.ages = Ages()
         self.births: dict[int, tuple[Any, int, str]] = {}  # id -> (weakref, step, site)
         self.saved: list[tuple] = []  # (weakref to the box, step, storage ptr, bytes, site)
@@ -252,6 +254,7 @@ class TensorProbe(Probe):
             frames=frames,
             device_type=self.ctx.device.type,
             prev_roots=self.prev_roots,
+            traces_since=self.traces_at_start,
         )
         del frames
         walk_seconds = time.perf_counter() - t0
