@@ -11,7 +11,7 @@ import pandas as pd
 
 from .errors import UsageError
 from .records import BirthsRecord, HoldersRecord, ModulesRecord, SavedRecord
-from .schema import DETAIL_EVENT, HOST_COLUMNS, MEMORY_COLUMNS, OWN_COLUMN, Level, RecordType
+from .schema import CHECK_EVENT, DETAIL_EVENT, HOST_COLUMNS, MEMORY_COLUMNS, OWN_COLUMN, Level, RecordType
 from .units import ranks_text
 
 T = TypeVar("T")
@@ -134,6 +134,10 @@ class Run:
             if e["step"] <= min(end, last):
                 spans.append((e["step"], min(end, last), str(e.get("level")), str(e.get("reason", ""))))
         return spans
+
+    def check_steps(self) -> list[int]:
+        """The steps the auto level's checks walked the holders at (between its windows)."""
+        return [e["step"] for e in self.events if e.get("event") == CHECK_EVENT and isinstance(e.get("step"), int)]
 
     def memory_column(self) -> str | None:
         """The column that tracks live memory best in this run, or None."""

@@ -105,6 +105,9 @@ DEFAULT_LEVEL = Level.AUTO.value
 #: "detail", "step": the first step at the new level, "level": "full" | "counters", "reason"}``
 #: (docs/run-format.md); `Run.detail_spans` reads them back.
 DETAIL_EVENT = "detail"
+#: The event of each of the auto level's checks (the reference walk at the end of a step, between
+#: windows): ``{"event": "check", "step": the step}``; `Run.check_steps` reads them back.
+CHECK_EVENT = "check"
 
 
 class DetailReason(StrEnum):
@@ -115,7 +118,6 @@ class DetailReason(StrEnum):
     SAMPLE = "sample"  # a sampled window, paid for by the auto level's time budget
     WINDOW_END = "window_end"  # the window took its samples: back to counters
     QUIET = "quiet"  # the young steps saw nothing surviving or growing: back to counters early
-    CHECK = "check"  # one deep step (tagging and a reference walk) at steps CHECK_RATIO apart
 
 
 class Boundary(StrEnum):

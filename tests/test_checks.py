@@ -11,7 +11,6 @@ from torch import nn
 import memleak
 from memleak.recorder import escalation
 from memleak.recorder.escalation import AutoLevel
-from memleak.schema import DetailReason
 from tests.scenarios._common import MLP, batch, seed
 from tests.test_auto_level import _series
 from tests.test_periodic_leaks import _logged_every
@@ -22,13 +21,15 @@ def test_checks_come_at_steps_check_ratio_apart_after_a_quiet_start():
     auto.begin()
     checks = []
     for step in range(400):
-        change = auto.after(step, 0.01, 0.01 * (step + 1), _series([1e8] * (step + 1)), ())
-        if change is not None and change[1] == DetailReason.CHECK:
+        auto.after(step, 0.01, 0.01 * (step + 1), _series([1e8] * (step + 1)), ())
+        if auto.check_due:
+            assert auto.check(step, (), turn_off=None) is None  # no probe saw anything: no window
             checks.append(step + 1)
     young = escalation.YOUNG_STEPS  # no probes: the young steps never end early
     assert checks[0] == int(escalation.CHECK_RATIO * young)
     assert all(b == -(-escalation.CHECK_RATIO * a // 1) for a, b in zip(checks, checks[1:], strict=False))
     assert auto.checks == len(checks) and auto.windows == 0  # checks are no windows
+    assert not auto.on  # a check turns no detail on: the walk runs at the end of a counters step
 
 
 @pytest.mark.parametrize(("every", "steps"), [(10, 100), (20, 200)])
@@ -38,7 +39,7 @@ def test_a_loss_kept_every_ten_or_twenty_steps_is_named_at_auto(every, steps):
     report = _logged_every(every, steps)
     assert report.verdict.value == "leak", str(report)
     assert report.suspects[0].location == "logged", str(report)
-    assert any(why == "check" for *_, why in report.run.detail_spans())
+    assert report.run.check_steps()
 
 
 def _kept_from(start: int, steps: int) -> memleak.Report:

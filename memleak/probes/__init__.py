@@ -56,6 +56,11 @@ class Probe:
         what was learned (tags, weak references) for the next window. The fixed levels never call
         it; the counters probes, which read every step, ignore it."""
 
+    def check(self, step: int) -> None:
+        """The auto level's check, at the end of `step` between its windows: the cheapest look that
+        counts what holds the user's tensors (the tensor probe's reference walk, no tagging). The
+        others do nothing."""
+
     def in_optimizer(self, on: bool) -> None:
         """torch's own optimizer step starts (`on`) or ended: no closure and no hook of the user's runs
         in it, so nothing made in it is the user's (a probe watching ops may look away)."""

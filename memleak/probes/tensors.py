@@ -195,6 +195,15 @@ class TensorProbe(Probe):
         with torch._C.DisableTorchFunction():
             self._deep_sample(step, final=True)
 
+    def check(self, step: int) -> None:
+        """Level auto's check: the reference walk alone at the end of `step` (no tagging in the step,
+        which costs several times the walk): each holder's count, and what earlier deep steps saw
+        surviving looked at again. A holder filled since the last walk, long before, is new to it."""
+        if self._mode is not None or self.window:
+            return  # a deep step or a window has it already
+        with torch._C.DisableTorchFunction():
+            self._deep_sample(step, check=True)
+
     def quiet(self, min_data_bps: float) -> bool:
         """A few deep steps, and nothing surviving or growing in any of them (plain data gaining
         less than `min_data_bps` a step aside)."""
@@ -233,7 +242,7 @@ class TensorProbe(Probe):
             self.next_deep = step + (WINDOW_GAP if self.window else young_gap(step, cost) or min(gap, MAX_GAP))
         return {"deep_seconds": round(time.perf_counter() - t0, 6)}
 
-    def _deep_sample(self, step: int, final: bool = False) -> None:
+    def _deep_sample(self, step: int, final: bool = False, check: bool = False) -> None:
         model = self.ctx.model_ref()
         opt = self.ctx.optimizer_ref()
         exclude, ptrs = excluded_ids(model, opt, self.start_params)
@@ -268,7 +277,7 @@ class TensorProbe(Probe):
         self.prev_roots = walk.roots
         sizes = holder_sizes(walk.holders, walk.buffers, len(exclude))
         # a window's (a check's) walk comes long after the last: a holder filled since is new to it
-        grown, data = compare_sizes(self.sizes, sizes, new=bool(self.window) and self.sized_at is not None)
+        grown, data = compare_sizes(self.sizes, sizes, new=(check or bool(self.window)) and self.sized_at is not None)
         self.seen = self.seen or grown
         if self.sized_at is not None:
             self.data_bps = max(self.data_bps, data / max(1, step - self.sized_at))

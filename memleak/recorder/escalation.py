@@ -21,11 +21,12 @@ is seen surviving; when the run ends, the tensor probe walks once more (`Probe.f
 what survived early is looked at again at the end (and, while the loop's frame is alive, each
 holder's count is sampled once more: a holder kept every few steps gets its latest count).
 
-Checks (`check`): once the young steps ended, one deep step (tagging, the reference walk) at steps
-`CHECK_RATIO` apart, outside the windows' budget (a log(n) cost): a holder gaining a tensor every
-10 or 20 steps, too little for the growth screen, is counted at a few steps over the run. After a
-quiet start, the first check that sees anything survive or grow (`Probe.quiet`) opens a growth
-window at once: a leak that began after the young steps is sampled while it runs.
+Checks (`check`): once the young steps ended, the reference walk alone at the end of a step
+(`Probe.check`: no tagging in the step, a fifth of a deep step's cost) at steps `CHECK_RATIO`
+apart, outside the windows' budget (a log(n) cost): a holder gaining a tensor every 10 or 20
+steps, too little for the growth screen, is counted at a few steps over the run. After a quiet
+start, the first check that sees anything survive or grow (`Probe.quiet`) opens a growth window
+at once: a leak that began after the young steps is sampled while it runs.
 
 Windows open
 
@@ -52,7 +53,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..detect.thresholds import MIN_DATA_BPS, min_rel_growth
@@ -84,12 +85,11 @@ SAMPLE_GAP = 100
 UNMEASURED_DETAIL = 1.0
 #: A growth window waits until the run is this many times as long as when the last one opened.
 GROWTH_SPACING = 2.0
-#: Checks: one deep step each (the reference walk: each holder's count) once the young steps ended,
+#: Checks: one reference walk each (each holder's count) once the young steps ended,
 #: at steps each CHECK_RATIO times the last (from CHECK_RATIO times the young steps' end), so that
 #: a holder that gains a tensor every few steps, too little for the growth screen, is counted at a
 #: few steps spread over the run (a log(n) cost, like the young steps', not a share of the run).
 CHECK_RATIO = 1.5
-CHECK_STEPS = 1
 #: The growth screen: Kendall's tau over the last SCREEN_ROWS values (at least SCREEN_MIN_ROWS)...
 SCREEN_ROWS = 64
 SCREEN_MIN_ROWS = 8
@@ -188,13 +188,13 @@ def quiet(probes: Sequence[Probe], series: Mapping[str, array]) -> bool:
 class AutoLevel:
     """When one run at level auto records full detail. The tracker calls `begin` before step 0
     and `after` at the end of each step; each returns (on, why) when detail changes from the
-    next step on, else None."""
+    next step on, else None; `check_due` says when `check` is to run at the end of that step."""
 
     def __init__(self) -> None:
         self.on = False
         self.until = 0  # the window covers the steps before this one (and the last one ended there)
         self.windows = 0
-        self.checking = False  # the detail on is a check's
+        self.check_due = False  # `after` asks for a check at the end of its step
         self.quiet_start = False  # the young steps ended quiet, and no check has seen anything since
         self.checks = 0  # checks run (they are not windows, nor paid by the windows' budget)
         self.check_seconds = 0.0
@@ -227,10 +227,9 @@ class AutoLevel:
         run; `series` are the live check's columns, `probes` the tracker's (none: the young steps
         never end early). A change of detail from the next step, or None."""
         nxt = step + 1
+        self.check_due = False
         if self.on:
-            if self.checking:
-                self.check_seconds += seconds  # a log(n) cost, as the young steps: not the budget's
-            elif not self.young:
+            if not self.young:
                 self.detail_seconds += seconds
                 self.detail_steps += 1
             elif QUIET_AT <= nxt < self.until and quiet(probes, series):
@@ -241,14 +240,10 @@ class AutoLevel:
                 return False, DetailReason.QUIET
             if nxt < self.until:
                 return None
-            if self.checking and self._escalate(probes):
-                self.growth_at = nxt
-                return self._open(nxt, DetailReason.GROWTH)
             if self.young:
                 self.next_check = math.ceil(CHECK_RATIO * nxt)
-            if not self.checking:
-                self.screen_from = self.until  # a check's step is not left out of the screen's rows
-            self.on = self.young = self.checking = False
+            self.screen_from = self.until
+            self.on = self.young = False
             return False, DetailReason.WINDOW_END
         self.plain = seconds if self.plain is None else 0.9 * self.plain + 0.1 * seconds
         if nxt >= self.next_screen and nxt >= self.growth_at * GROWTH_SPACING:
@@ -258,9 +253,28 @@ class AutoLevel:
         per_window = self._per_window()
         if nxt >= self.screen_from + SAMPLE_GAP and self.spent() + per_window <= SAMPLE_BUDGET * elapsed:
             return self._open(nxt, DetailReason.SAMPLE)
-        if nxt >= self.next_check:
-            self.next_check = math.ceil(CHECK_RATIO * nxt)
-            return self._open(nxt, DetailReason.CHECK, CHECK_STEPS)
+        self.check_due = nxt >= self.next_check
+        return None
+
+    def check(
+        self, step: int, probes: Sequence[Probe], turn_off: Callable[[Probe, Exception], None]
+    ) -> tuple[bool, DetailReason] | None:
+        """The check `after` asked for: each probe's `check` at the end of `step` (a probe that fails
+        is turned off by `turn_off`); a growth window from the next step when it is the first, after
+        a quiet start, to see anything survive or grow, else None."""
+        t0 = time.perf_counter()
+        self.check_due = False
+        self.next_check = math.ceil(CHECK_RATIO * (step + 1))
+        self.checks += 1
+        for probe in list(probes):
+            try:
+                probe.check(step)
+            except Exception as e:  # a probe bug must not break the user's training loop
+                turn_off(probe, e)
+        self.check_seconds += time.perf_counter() - t0  # a log(n) cost, as the young steps: not the budget's
+        if self._escalate(probes):
+            self.growth_at = step + 1
+            return self._open(step + 1, DetailReason.GROWTH)
         return None
 
     def _escalate(self, probes: Sequence[Probe]) -> bool:
@@ -288,10 +302,8 @@ class AutoLevel:
         self.next_screen = step + max(SCREEN_EVERY, math.ceil(cost / (SCREEN_BUDGET * plain)))
         return seen
 
-    def _open(self, step: int, why: DetailReason, steps: int = WINDOW_STEPS) -> tuple[bool, DetailReason]:
+    def _open(self, step: int, why: DetailReason) -> tuple[bool, DetailReason]:
         self.on = True
-        self.until = step + steps
-        self.checking = why == DetailReason.CHECK
-        self.windows += not self.checking
-        self.checks += self.checking
+        self.until = step + WINDOW_STEPS
+        self.windows += 1
         return True, why

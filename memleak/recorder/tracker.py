@@ -18,7 +18,7 @@ import torch
 from ..errors import UsageError
 from ..io import RecordSink, RunWriter
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
-from ..schema import DEFAULT_LEVEL, DETAIL_EVENT, OWN_COLUMN, Boundary, DetailReason, Level
+from ..schema import CHECK_EVENT, DEFAULT_LEVEL, DETAIL_EVENT, OWN_COLUMN, Boundary, DetailReason, Level
 from . import running
 from .boundaries import Boundaries
 from .escalation import AutoLevel
@@ -316,6 +316,9 @@ class Tracker:
         change = None
         if self._auto is not None:  # its growth screen imports numpy the first time: memleak's own too
             change = self._auto.after(step, seconds + sampled, now - self._t0, live.series, self._probes)
+            if self._auto.check_due:  # the reference walk at this step's end (escalation.py)
+                self._started_sink().event(CHECK_EVENT, step=step)
+                change = self._auto.check(step, self._probes, self._turn_off)
         if heap is not None and (live.grew or sink.keeps_steps or not plain):
             # what the probes and this bookkeeping kept on the heap (their tables, the live columns,
             # in-memory records) is memleak's own, taken off the host series (the user's code does

@@ -112,7 +112,7 @@ def _header(report) -> list[str]:
         text = f"{len(steps):,} steps over {fmt_duration(span)} on {device}, level {meta.get('level', '?')}"
         lines.append(f'<p class="meta">{escape(text)}</p>')
         if meta.get("level") == "auto" and hasattr(run, "detail_spans"):
-            lines.append(f'<p class="meta">{escape(detail_text(run.detail_spans()))}</p>')
+            lines.append(f'<p class="meta">{escape(detail_text(run.detail_spans(), run.check_steps()))}</p>')
     elif report.ranks:
         text = f"{len(report.ranks)} ranks of world size {getattr(run, 'world_size', '?')} on {run.device}"
         lines.append(f'<p class="meta">{escape(text)}</p>')

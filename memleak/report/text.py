@@ -65,11 +65,16 @@ def headline(report) -> str:
 SHOWN_WINDOWS = 6
 
 
-def detail_text(spans: list[tuple[int, int, str, str]]) -> str:
-    """Which steps of an auto run had full detail, and why; the others had counters."""
+def detail_text(spans: list[tuple[int, int, str, str]], checks: list[int] | tuple = ()) -> str:
+    """Which steps of an auto run had full detail, and why; the others had counters, and at the
+    end of the `checks` steps the holders were walked."""
     full = [(a, b, why) for a, b, level, why in spans if level == "full"]
+    walked = ""
+    if checks:
+        at = ", ".join(map(str, checks[:SHOWN_WINDOWS])) + (" and later" if len(checks) > SHOWN_WINDOWS else "")
+        walked = f"; the holders walked at {len(checks)} check{'s' if len(checks) != 1 else ''} (steps {at})"
     if not full:
-        return "counters on every step (no window of full detail)"
+        return "counters on every step (no window of full detail)" + walked
     n = spans[-1][1] + 1
     shown = ", ".join(f"{a}-{b} ({why})" for a, b, why in full[:SHOWN_WINDOWS])
     if len(full) > SHOWN_WINDOWS:
@@ -77,7 +82,7 @@ def detail_text(spans: list[tuple[int, int, str, str]]) -> str:
     detail = sum(b - a + 1 for a, b, _ in full)
     quiet = next((a for a, _, level, why in spans if why == "quiet"), None)
     why_short = "" if quiet is None else f" (the young steps ended at step {quiet}: nothing survived or grew in them)"
-    return f"full detail on steps {shown}: {detail} of {n} steps; counters on the others{why_short}"
+    return f"full detail on steps {shown}: {detail} of {n} steps; counters on the others{why_short}{walked}"
 
 
 def _table(suspects) -> list[str]:
@@ -163,7 +168,7 @@ def render(report) -> str:
         if boundary:
             lines += _wrap(boundary, "  ")
         if meta.get("level") == "auto" and hasattr(run, "detail_spans"):
-            lines += _wrap(detail_text(run.detail_spans()), "  ")
+            lines += _wrap(detail_text(run.detail_spans(), run.check_steps()), "  ")
     if getattr(run, "truncated", False):
         lines.append(
             "  note: the run file was cut short (the process was killed); every whole step before that was read"
