@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 import statistics
 import subprocess
@@ -167,14 +168,14 @@ def measure(device, reps, steps, levels, out):
 
 
 class Turns:
-    """Two loops run in turns, one step each, in one process: the untracked loop in a thread of
-    its own that runs only when handed the turn. Whatever slows the machine for a second or two
+    """One loop's steps, each run in a thread of its own when handed the turn: two of them run
+    two loops in turns, one step each, in one process. Whatever slows the machine for a second or two
     (a neighbour on the host, the clock) slows both loops alike, where two blocks seconds apart
     differ by 5-10 % on a shared machine. memleak's modes and saved-tensor hooks are per thread,
     so the untracked loop's steps run without them."""
 
     def __init__(self, step):
-        self.step = step  # step(i): one untracked step
+        self.step = step  # step(i): the loop's step i
         self.seconds = 0.0
         self.go, self.done = threading.Semaphore(0), threading.Semaphore(0)
         self.stop = False
@@ -210,8 +211,42 @@ class Turns:
         self.thread.join()
 
 
+class TrackedSteps:
+    """The tracked loop one step at a time, for `Turns`: the tracker made and started before step
+    0 and closed after the last step, inside the steps' own turns (so timed with them), in the
+    thread that runs them (memleak's modes are per thread)."""
+
+    def __init__(self, model, opt, data, sync, steps, level, device, out):
+        self.model, self.opt, self.data, self.sync = model, opt, data, sync
+        self.steps, self.level, self.device, self.out = steps, level, device, out
+        self.tracker = None
+
+    def __call__(self, i):
+        try:
+            if i == 0 and self.level:
+                self.tracker = memleak.track(self.model, optimizer=self.opt, level=self.level,
+                                             device=self.device, out=self.out, overwrite=True)
+                self.tracker.start()
+            train_step(self.model, self.opt, self.data[i % len(self.data)])
+            if self.tracker is not None:
+                self.tracker.step()
+            self.sync()
+        except BaseException:
+            self.close()
+            raise
+        if i == self.steps - 1:
+            self.close()
+
+    def close(self):
+        tracker, self.tracker = self.tracker, None
+        if tracker is not None:
+            tracker.close()
+
+
 def turns_block(pair, device, steps, level, out):
-    """(tracked seconds, untracked seconds) of one loop of each, run in turns (`Turns`).
+    """(tracked seconds, untracked seconds) of one loop of each, run in turns (`Turns`), each loop
+    in a thread of its own (a loop in the main thread against one in a thread: an untracked pair
+    read 1.03x, 5 rounds of 200 steps, with the one in the main thread the slower).
 
     The tracked loop's time is its whole loop (tracker start, every step with `tracker.step()`,
     close), summed over its own turns; the untracked loop's, its steps. Which loop goes first
@@ -220,45 +255,26 @@ def turns_block(pair, device, steps, level, out):
     g = torch.Generator().manual_seed(1)
     data = [torch.randint(0, 256, (BATCH, 33), generator=g).to(device) for _ in range(8)]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    def untracked_step(i):
-        train_step(other, other_opt, data[i % len(data)])
-        sync()
-
-    turns = Turns(untracked_step)
+    tracked = Turns(TrackedSteps(model, opt, data, sync, steps, level, device, out))
+    untracked = Turns(TrackedSteps(other, other_opt, data, sync, steps, None, device, out))
     try:
-        t0 = time.perf_counter()
-        tracker = memleak.track(model, optimizer=opt, level=level, device=device, out=out,
-                                overwrite=True) if level else None
-        if tracker is not None:
-            tracker.start()
-        tracked = time.perf_counter() - t0
-        try:
-            for i in range(steps):
-                if i % 2:
-                    turns.run_one()
-                t0 = time.perf_counter()
-                train_step(model, opt, data[i % len(data)])
-                if tracker is not None:
-                    tracker.step()
-                sync()
-                tracked += time.perf_counter() - t0
-                if not i % 2:
-                    turns.run_one()
-        finally:
-            t0 = time.perf_counter()
-            if tracker is not None:
-                tracker.close()
-            tracked += time.perf_counter() - t0
+        for i in range(steps):
+            first, second = (tracked, untracked) if i % 2 == 0 else (untracked, tracked)
+            first.run_one()
+            second.run_one()
     finally:
-        turns.close()
-    return tracked, turns.seconds
+        tracked.close()
+        untracked.close()
+    return tracked.seconds, untracked.seconds
 
 
 def measure_turns(device, reps, steps, levels, out):
     """Per level, the per-round ratios of its loop over the untracked loop it ran in turns with
     (wall time; `None`: an untracked loop against another, the method's own error); and the
-    untracked step's median seconds."""
+    untracked step's median seconds. On CPU both loops' threads keep to one core (a handoff that
+    moves a loop to the other core starts its step with cold caches)."""
+    if device.type == "cpu" and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     pair = (make(device), make(device))
     measured = (None, *levels)
     for lvl in measured:  # warm up (first-use imports, caches)
