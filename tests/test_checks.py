@@ -66,3 +66,24 @@ def test_a_leak_that_starts_after_a_quiet_start_in_a_short_run_is_named(start, s
     report = _kept_from(start, steps)
     assert report.verdict.value == "leak", str(report)
     assert report.suspects[0].location == "kept", str(report)
+
+
+def test_a_probe_whose_check_fails_is_turned_off_and_the_others_still_check():
+    class Failing(memleak.probes.Probe):
+        name = "failing"
+
+        def check(self, step):
+            raise RuntimeError("boom")
+
+    class Counting(memleak.probes.Probe):
+        name = "counting"
+        seen: list = []
+
+        def check(self, step):
+            self.seen.append(step)
+
+    turned_off = []
+    probes = [Failing(), Counting()]
+    assert AutoLevel().check(40, probes, lambda p, e: turned_off.append((p.name, str(e)))) is None
+    assert turned_off == [("failing", "boom")]
+    assert probes[1].seen == [40]

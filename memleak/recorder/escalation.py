@@ -197,7 +197,6 @@ class AutoLevel:
         self.check_due = False  # `after` asks for a check at the end of its step
         self.quiet_start = False  # the young steps ended quiet, and no check has seen anything since
         self.checks = 0  # checks run (they are not windows, nor paid by the windows' budget)
-        self.check_seconds = 0.0
         self.growth_at = 0  # the step the last growth window opened at (0: none yet)
         self.detail_seconds = 0.0  # time of the detail steps (step 0 aside: first-use set-up)
         self.detail_steps = 0
@@ -262,7 +261,6 @@ class AutoLevel:
         """The check `after` asked for: each probe's `check` at the end of `step` (a probe that fails
         is turned off by `turn_off`); a growth window from the next step when it is the first, after
         a quiet start, to see anything survive or grow, else None."""
-        t0 = time.perf_counter()
         self.check_due = False
         self.next_check = math.ceil(CHECK_RATIO * (step + 1))
         self.checks += 1
@@ -271,7 +269,6 @@ class AutoLevel:
                 probe.check(step)
             except Exception as e:  # a probe bug must not break the user's training loop
                 turn_off(probe, e)
-        self.check_seconds += time.perf_counter() - t0  # a log(n) cost, as the young steps: not the budget's
         if self._escalate(probes):
             self.growth_at = step + 1
             return self._open(step + 1, DetailReason.GROWTH)
