@@ -296,11 +296,15 @@ def report_turns(dev, steps, reps, base, ratios) -> None:
           "(whole loop / steps, wall)")
     print(f"  {'level':17} {'tracked / untracked: median [min-max]':>40}   goal")
     for lvl, rs in ratios.items():
-        goal = GOALS.get(lvl)
-        verdict = "" if goal is None else f"<= {goal:.2f}x {'ok' if statistics.median(rs) <= goal else 'OVER GOAL'}"
         name = "untracked (A/A)" if lvl is None else lvl
-        print(f"  {name:17} {spread(rs):>40}   {verdict}")
+        print(f"  {name:17} {spread(rs):>40}   {goal_verdict(lvl, statistics.median(rs))}")
     sys.stdout.flush()
+
+
+def goal_verdict(level, ratio: float) -> str:
+    """`level`'s goal and whether `ratio` meets it ('' for a row without a goal)."""
+    goal = GOALS.get(level)
+    return "" if goal is None else f"<= {goal:.2f}x {'ok' if ratio <= goal else 'OVER GOAL'}"
 
 
 def spread(xs) -> str:
@@ -313,9 +317,7 @@ def report(dev, steps, reps, base, ratios) -> None:
     print(f"  {'level':17} {'wall: median [min-max]':>26} {'CPU: median [min-max]':>26}   goal")
     for lvl, (w, c) in ratios.items():
         key = statistics.median(c if dev == "cpu" else w)
-        goal = GOALS.get(lvl)
-        verdict = "" if goal is None else f"<= {goal:.2f}x {'ok' if key <= goal else 'OVER GOAL'}"
-        print(f"  {lvl:17} {spread(w):>26} {spread(c):>26}   {verdict}")
+        print(f"  {lvl:17} {spread(w):>26} {spread(c):>26}   {goal_verdict(lvl, key)}")
     sys.stdout.flush()
 
 

@@ -78,18 +78,25 @@ def test_a_model_trained_by_its_optimizer_alone_has_no_param_groups_holder():
     assert not any("param_groups" in k for k in h), list(h)
 
 
-def test_a_tracked_run_names_the_group_added_every_step():
+def _group_added_every_step(with_model: bool):
+    """The top suspect of a loop that adds a parameter group every step, tracked with the model
+    (steps ended by `tracker.step()`) or with the optimizer alone (ended by its steps)."""
     model = nn.Linear(64, 4)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    with memleak.track(model, optimizer=opt, level="full") as tracker:
+    with memleak.track(model if with_model else None, optimizer=opt, level="full") as tracker:
         for _ in range(20):
             adapter = nn.Linear(64, 64)
             opt.add_param_group({"params": adapter.parameters()})
             opt.zero_grad()
             model(adapter(torch.ones(8, 64))).sum().backward()
             opt.step()
-            tracker.step()
-    top = tracker.report().suspects[0]
+            if with_model:
+                tracker.step()
+    return tracker.report().suspects[0]
+
+
+def test_a_tracked_run_names_the_group_added_every_step():
+    top = _group_added_every_step(with_model=True)
     assert "opt.param_groups" in top.location
     assert "add_param_group" in top.fix
 
@@ -114,16 +121,7 @@ def test_without_a_model_the_parameters_held_when_first_seen_are_owned():
 
 
 def test_a_run_tracked_with_the_optimizer_alone_names_the_group_added_every_step():
-    model = nn.Linear(64, 4)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    with memleak.track(optimizer=opt, level="full") as tracker:
-        for _ in range(20):
-            adapter = nn.Linear(64, 64)
-            opt.add_param_group({"params": adapter.parameters()})
-            opt.zero_grad()
-            model(adapter(torch.ones(8, 64))).sum().backward()
-            opt.step()
-    top = tracker.report().suspects[0]
+    top = _group_added_every_step(with_model=False)
     assert top.leak and top.location == "opt.param_groups", top
     assert "add_param_group" in top.fix
 

@@ -9,7 +9,7 @@ import pandas as pd
 from ..schema import Kind, Shape, Verdict
 from ..snapshot import site_of
 from ..units import fmt_bytes, fmt_duration, where_ranks
-from .live_note import live_warning_line, live_warning_lines
+from .live_note import live_warning_lines
 
 WIDTH = 100
 
@@ -175,8 +175,7 @@ def render(report) -> str:
         )
     lines.append("")
     lines.append("verdict: " + headline(report))
-    live = live_warning_line(report)
-    if live:
+    for live in live_warning_lines(report):
         lines += _wrap(live, "  ")
     g = report.growth
     growth_is_a_suspect = any("growth" in s.detectors for s in report.suspects)
