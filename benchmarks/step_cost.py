@@ -8,7 +8,8 @@ hundred microseconds a step: too coarse for costs of tens. So the cost is measur
 process CPU time, each where memleak spends it:
 
 - start, close: `tracker.start()` and `tracker.close()` themselves (ms);
-- first: step 0 beyond the untracked loop's step 0 (the first census at the fixed levels, first-use set-up) (ms);
+- first: step 0 beyond the untracked loop's step 0, each over its own loop's median step (the first
+  census at the fixed levels, first-use set-up) (ms);
 - young: steps 1..32, boundaries and hooks summed as below (level auto's start-up: it runs them as
   level full does, or the first 8 where nothing survives or grows in them) (ms);
 - boundary: `tracker.step()` itself (every probe's sample, the census, the reference walks, the
@@ -111,6 +112,11 @@ def parts(b: dict) -> dict[str, float]:
             "hooked": sum(b["hooked"][YOUNG + 1 :]) / n}
 
 
+def first_extra(b: dict) -> float:
+    """How much longer a loop's step 0 (its boundary included) took than its median step."""
+    return b["body"][0] + b["call"][0] - statistics.median(b["body"])
+
+
 def once_and_steady(m: dict[str, float], steps: int) -> float:
     """Seconds memleak adds to a loop of `steps` steps: its one-off parts and its steady cost on
     the steps after the young ones."""
@@ -148,8 +154,12 @@ def main(argv=None) -> int:
     for lv in args.levels:
         rows = [parts(b) for b in got[lv]]
         m = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-        # step 0 ends inside optimizer.step() (it ends iterations until tracker.step() takes over)
-        m["first"] = statistics.median(b["body"][0] + b["call"][0] - u["body"][0] for b, u in zip(got[lv], got[None]))
+        # step 0 ends inside optimizer.step() (it ends iterations until tracker.step() takes over).
+        # Each step 0 is taken over its own loop's median step: two loops' speeds differ by 5-10 %
+        # here, a few ms a step, as much as memleak's first step costs
+        m["first"] = statistics.median(
+            first_extra(b) - first_extra(u) for b, u in zip(got[lv], got[None], strict=True)
+        )
         print(f"  {lv:9} {m['start'] * 1e3:9.1f} {m['first'] * 1e3:9.1f} {m['young'] * 1e3:9.1f} {m['boundary'] * 1e6:12.0f} "
               f"{m['hooks'] * 1e6:9.0f} {m['steady'] * 1e6:10.0f} {m['close'] * 1e3:9.1f} "
               f"{1 + m['steady'] / base:6.3f} {1 + once_and_steady(m, args.steps) / (args.steps * base):8.3f} "
