@@ -94,3 +94,21 @@ def test_no_last_holders_sample_once_the_loops_frame_is_gone():
     _loop(tracker, model, opt, [], 40)
     tracker.close()
     assert max(r.step for r in tracker.report().run.holders) < 39
+
+
+def test_a_warm_up_jump_then_a_creep_opens_nothing_but_a_leak_after_a_jump_does():
+    """A loop whose tracking starts before its first step: the C heap jumps once (the optimizer's
+    state, a new thread's arena) and then creeps by a few hundred bytes on most steps. The jump
+    makes the rise, the creep makes tau: neither alone is growth. The same jump followed by a
+    leak of 16 KiB a step is."""
+    min_rel = escalation.min_rel_growth("heap_bytes")
+    rng = np.random.default_rng(2)
+    n = escalation.SCREEN_ROWS
+    jump = 140 * MIB + 990_000.0 * (np.arange(n) >= 1)
+    creep = jump + np.cumsum(rng.choice([-64.0, 600.0, 1500.0], n, p=[0.3, 0.5, 0.2]))
+    assert (np.diff(creep) > 0).mean() > escalation.SCREEN_MIN_RISING
+    assert not escalation.rising(creep, min_rel)
+    assert not escalation.rising(creep[:12], min_rel)  # in the young steps too
+    assert escalation.rising(creep + 16384.0 * np.arange(n), min_rel)
+    series = {"step": array("d", range(n)), "heap_bytes": array("d", creep)}
+    assert not escalation.screen(series)

@@ -119,7 +119,7 @@ SCREEN_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes")
 
 def rising(y: np.ndarray, min_rel: float = 0.0) -> bool:
     """Whether `y` (NaN where not read) trends up: by at least SCREEN_MIN_SHARE of the share
-    `min_rel` of its level the growth detector needs, and it rose on most steps with Kendall's tau
+    `min_rel` of its level the growth detector needs (its largest single step aside), and it rose on most steps with Kendall's tau
     clearly above what noise gives, or it rose as a staircase (`stairs`)."""
     import numpy as np
 
@@ -131,7 +131,9 @@ def rising(y: np.ndarray, min_rel: float = 0.0) -> bool:
     rise = float(y[-1] - y[0])
     if rise <= SCREEN_NOISE * float(np.median(np.abs(d))):
         return False
-    if rise < SCREEN_MIN_SHARE * min_rel * abs(float(np.median(y))):
+    # less its largest single step: one jump that stays (a warm-up allocating the optimizer's
+    # state, a new thread's arena) with a creep after it is a step change, not growth
+    if rise - max(float(d.max()), 0.0) < SCREEN_MIN_SHARE * min_rel * abs(float(np.median(y))):
         return False  # a creep far below any growth the detector reports (a process warming up)
     if (d > 0).mean() < SCREEN_MIN_RISING:
         return stairs(y, d, rise)
