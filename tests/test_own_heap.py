@@ -1,5 +1,6 @@
-"""memleak's own heap bytes on steps of counters alone: the second heap read is skipped there
-(it costs ~25 us a step), so what the bookkeeping keeps must be exactly the live columns' growth."""
+"""memleak's own heap bytes on steps of counters alone: the heap is read on a budget and the
+second read is skipped there (it costs ~25 us a step), so what the bookkeeping keeps must be
+exactly the live columns' growth, which they count themselves."""
 from __future__ import annotations
 
 import gc
@@ -9,33 +10,39 @@ import torch
 
 import memleak
 from memleak.probes.host import heap_counter
-from memleak.recorder import tracker as tracker_module
+from memleak.recorder import live as live_module
+from memleak.recorder.live import LiveCheck
+from memleak.recorder.heap_reads import HeapReads
 
 pytestmark = pytest.mark.skipif(heap_counter() is None, reason="no glibc mallinfo2 here")
 
 
 def test_a_counters_step_keeps_no_heap_but_the_live_columns_growth(tmp_path, monkeypatch):
-    kept = []  # (live columns grew, heap bytes the step's bookkeeping kept) per step
-    real_end = tracker_module.Tracker._end_step
+    """Every step read on both sides of the bookkeeping (the budget and the skipped second read
+    off): a step that says it keeps nothing keeps nothing, and the steps where the live columns
+    grew were foreseen (the tracker reads those)."""
+    kept = []  # (may keep, heap bytes the step's bookkeeping kept) per step
+    foreseen = [None] * 700  # (said it would grow, grew) per append: made now, not in the steps measured
+    appended = iter(range(700))
 
-    def end_step(self):
-        heap, live = self._heap, self._live
-        self._plain_step = lambda: False  # read the heap after every step, to see what skipping it misses
-        reads = []
+    def begin(self, step, step_seconds, forced):
+        self.base = self.counter()
+        return self.base
 
-        def counting():
-            reads.append(heap())
-            return reads[-1]
+    def settle(self, may_keep):
+        kept.append((may_keep, self.counter() - self.base))
 
-        self._heap = counting
-        try:
-            real_end(self)
-        finally:
-            self._heap = heap
-            del self._plain_step
-        kept.append((live.grew or self.sink.keeps_steps, reads[1] - reads[0]))  # the step's value, then after its bookkeeping
+    real_append = LiveCheck.append
 
-    monkeypatch.setattr(tracker_module.Tracker, "_end_step", end_step)
+    def append(self, step, values):
+        said = self.grows_next(step)
+        real_append(self, step, values)
+        foreseen[next(appended)] = (said, self.grew)
+
+    monkeypatch.setattr(HeapReads, "begin", begin)
+    monkeypatch.setattr(HeapReads, "settle", settle)
+    monkeypatch.setattr(LiveCheck, "append", append)
+    monkeypatch.setattr(live_module, "LIVE_ROWS", 256)  # halved twice in the run
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gc.disable()  # a collection in between would free the user's garbage: no bookkeeping of memleak's
@@ -48,10 +55,12 @@ def test_a_counters_step_keeps_no_heap_but_the_live_columns_growth(tmp_path, mon
     finally:
         gc.enable()
     assert tr.iterations == 600
-    grew = [b for g, b in kept if g]
-    other = [b for g, b in kept if not g]
+    grew = [b for k, b in kept if k]
+    other = [b for k, b in kept if not k]
     assert grew and sum(grew) > 0  # the columns did grow, and a read there sees it
-    assert sum(abs(b) for b in other[50:]) <= 1024, [(i, b) for i, (g, b) in enumerate(kept) if b and not g]
+    assert sum(abs(b) for b in other[50:]) <= 1024, [(i, b) for i, (k, b) in enumerate(kept) if b and not k]
+    foreseen = foreseen[: next(appended)]
+    assert sum(g for _, g in foreseen) >= 10 and all(said == grew for said, grew in foreseen), foreseen
 
 
 def test_what_the_auto_levels_screen_first_allocates_is_memleaks_own(tmp_path):

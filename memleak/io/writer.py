@@ -49,6 +49,11 @@ class RecordSink:
         """Every record so far (header, delta-encoded steps, events, ...), as dicts."""
         return self._records
 
+    def keeps_next(self) -> bool:
+        """Whether the next `step` will keep records of memleak's on the heap (`keeps_steps`): the
+        tracker then reads the heap before it (a read is skipped on other steps)."""
+        return True
+
     def header(self, meta: dict[str, Any]) -> None:
         self._emit({"type": HEADER, "schema": SCHEMA_VERSION, **meta})
 
@@ -93,6 +98,7 @@ class RunWriter(RecordSink):
         self._lines = StepLines()
         self._pending: list[dict[str, Any]] = []  # steps held back for the next write (`flush`)
         self._pending_since = 0.0
+        self._flush_next: bool | None = None  # what `keeps_next` said of the next step
         self._pid = os.getpid()
         try:
             self.path, self._fh = create_run_file(self.path, overwrite)
@@ -129,13 +135,24 @@ class RunWriter(RecordSink):
             self.keeps_steps = True
             RecordSink.step(self, values)
             return
-        now = time.monotonic()
+        flush = self.keeps_next() if self._flush_next is None else self._flush_next
+        self._flush_next = None
         if not self._pending:
-            self._pending_since = now
+            self._pending_since = time.monotonic()
         self._pending.append(values)
-        self.keeps_steps = len(self._pending) >= FLUSH_STEPS or now - self._pending_since >= FLUSH_SECONDS
-        if self.keeps_steps:  # a batch goes out: the tracker reads the heap it left behind
+        self.keeps_steps = flush
+        if flush:  # a batch goes out: the tracker reads the heap it left behind
             self.flush()
+
+    def keeps_next(self) -> bool:
+        """Whether the next step sends a batch out (FLUSH_STEPS steps held, or the first held
+        FLUSH_SECONDS ago); that step then decides as this said, whatever the clock reads by then."""
+        if self._fh is None:
+            return True
+        held = len(self._pending)
+        late = held > 0 and time.monotonic() - self._pending_since >= FLUSH_SECONDS
+        self._flush_next = held + 1 >= FLUSH_STEPS or late
+        return self._flush_next
 
     def flush(self) -> None:
         """Write the steps held back so far, in one write; after an I/O error, keep them in memory."""

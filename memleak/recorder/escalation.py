@@ -119,8 +119,9 @@ SCREEN_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes")
 
 def rising(y: np.ndarray, min_rel: float = 0.0) -> bool:
     """Whether `y` (NaN where not read) trends up: by at least SCREEN_MIN_SHARE of the share
-    `min_rel` of its level the growth detector needs (its largest single step aside), and it rose on most steps with Kendall's tau
-    clearly above what noise gives, or it rose as a staircase (`stairs`)."""
+    `min_rel` of its level the growth detector needs (its largest single step aside), and it rose
+    on most steps with Kendall's tau clearly above what noise gives, or it rose as a staircase
+    (`stairs`)."""
     import numpy as np
 
     y = y[np.isfinite(y)]

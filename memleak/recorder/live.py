@@ -48,6 +48,8 @@ LIVE_COLUMNS = (
     OWN_COLUMN,
 )
 
+_EMPTY_COLUMN = sys.getsizeof(array("d"))  # a column's size with no room for a value
+
 #: Reads a memory column again now (less memleak's own bytes), or None where it cannot be.
 ReadNow = Callable[[str], "float | None"]
 
@@ -128,6 +130,15 @@ class LiveCheck:
                 self.pending = dataclasses.replace(self.pending, rows=(self.pending.rows + 1) // 2)
         allocated = sys.getsizeof(self.series["step"])
         self.grew, self._allocated = allocated != self._allocated, allocated
+
+    def grows_next(self, step: int) -> bool:
+        """Whether `append` of step `step` will allocate the columns anew (a row past what they
+        hold room for, or the halving): the tracker reads the heap on both sides of it."""
+        if step % self.stride:
+            return False
+        rows = len(self.series["step"])
+        room = (self._allocated - _EMPTY_COLUMN) // 8
+        return rows >= room or rows + 1 >= LIVE_ROWS
 
     def due(self, step: int, elapsed: float) -> bool:
         """Within the time budget; or beyond it, a few times a run, to confirm or clear growth an

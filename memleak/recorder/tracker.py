@@ -22,6 +22,7 @@ from ..schema import CHECK_EVENT, DEFAULT_LEVEL, DETAIL_EVENT, OWN_COLUMN, Bound
 from . import running
 from .boundaries import Boundaries
 from .escalation import AutoLevel
+from .heap_reads import HeapReads
 from .incidents import dump_history, oom_counters, read_now
 from .live import LiveCheck
 from .options import checked_options
@@ -80,8 +81,8 @@ class Tracker:
         # steps may end in several threads at once: one at a time, numbered in order (reentrant, for
         # an on_leak that calls step() or close())
         self._lock = threading.RLock()
-        self._heap: Callable[[], int] | None = None  # the C heap counter, to measure memleak's own bookkeeping bytes
-        self._own_bytes = 0
+        self._heap: Callable[[], int] | None = None  # the C heap counter (live check, OOM)
+        self._heap_reads: HeapReads | None = None  # the step ends' reads, and memleak's own bytes on them
         self.sink: RecordSink | None = None
 
     @property
@@ -145,6 +146,7 @@ class Tracker:
         from ..probes.host import heap_counter
 
         self._heap = heap_counter()
+        self._heap_reads = None if self._heap is None else HeapReads(self._heap, self.device.type == "cpu")
         if self._heap is None:
             # The live check imports its detector (pandas, scipy) once memory rises; what that
             # import keeps is measured on the C heap and counted as memleak's own. Without a heap
@@ -294,12 +296,13 @@ class Tracker:
         values: dict[str, Any] = {"step": step, "time": round(now - self._t0, 6), "duration": round(seconds, 6)}
         if self._boundaries.optimizer_steps is not None:
             values["optimizer_steps"] = self._boundaries.optimizer_steps
-        heap = self._heap
-        heap0 = 0
+        sink = self._started_sink()
+        plain = self._plain_step()
+        heap = self._heap_reads
         if heap is not None:
-            # the heap as the user's step left it, read once: the step's heap_bytes and the base
-            # memleak's own bytes are measured from (each read walks glibc's free lists)
-            values["heap_bytes"] = heap0 = heap()
+            # the heap as the user's step left it (heap_reads.py), read where the bookkeeping keeps some
+            keeps = not plain or sink.keeps_next() or self._live.grows_next(step)
+            values["heap_bytes"] = heap.begin(step, seconds, forced=keeps)
         for probe in list(self._probes):
             try:
                 values.update(probe.sample(step, seconds))
@@ -307,34 +310,33 @@ class Tracker:
                 self._turn_off(probe, e)
         sampled = time.perf_counter() - now
         if heap is not None:
-            values[OWN_COLUMN] = self._own_bytes
-        sink = self._started_sink()
+            values[OWN_COLUMN] = heap.own
         sink.step(values)
         live = self._live
         live.append(step, values)
-        plain = self._plain_step()
         change = None
         if self._auto is not None:  # its growth screen imports numpy the first time: memleak's own too
             change = self._auto.after(step, seconds + sampled, now - self._t0, live.series, self._probes)
             if self._auto.check_due:  # the reference walk at this step's end (escalation.py)
                 self._started_sink().event(CHECK_EVENT, step=step)
                 change = self._auto.check(step, self._probes, self._turn_off)
-        if heap is not None and (live.grew or sink.keeps_steps or not plain):
-            # what the probes and this bookkeeping kept on the heap (their tables, the live columns,
-            # in-memory records) is memleak's own, taken off the host series (the user's code does
-            # not run in between); a counters-only step keeps some only where the live columns grew
-            # or the sink kept or wrote steps: the others skip the read (~25 us)
-            self._own_bytes += heap() - heap0
+        if heap is not None:  # what the probes and this bookkeeping kept on the heap is memleak's own
+            heap.settle(live.grew or sink.keeps_steps or not plain)
         if change is not None:
             self._set_detail(step + 1, *change)
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
-            now_read = functools.partial(read_now, heap=self._heap, own=lambda: self._own_bytes, device=self.device)
+            now_read = functools.partial(read_now, heap=self._heap, own=self._own_bytes, device=self.device)
             live.run(step, self.meta, self._started_sink(), now_read, self._on_leak_confirmed)
-            self._own_bytes += int(live.own_delta)  # what it kept on the heap (see LiveCheck.run)
+            if heap is not None:
+                heap.own += int(live.own_delta)  # what it kept on the heap (see LiveCheck.run)
             live.own_delta = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
             self._begin(step)
+
+    def _own_bytes(self) -> float:
+        """memleak's own bytes on the heap so far (0 where the heap is not read)."""
+        return 0 if self._heap_reads is None else self._heap_reads.own
 
     def _plain_step(self) -> bool:
         """Whether the step that ends recorded the counters alone (no probe's detail)."""

@@ -1,0 +1,72 @@
+"""The C heap read at step ends, on a time budget where it is not the run's own memory.
+
+glibc's mallinfo2 walks every free chunk of every arena: about 40 us a read in a quiet
+one-thread process, hundreds with a few threads' arenas or a fragmented heap, more than all
+the other counters of a step together, and it sweeps the caches the user's next step runs in.
+On a CPU run the heap is where the tensors live, the run's memory itself (as the allocator's
+counters are on a GPU): it is read every step. On a GPU run it is the host side, where few
+leaks grow, on steps of a few milliseconds: after the first `DENSE_STEPS` (read every step: a
+short run, the auto level's young steps and their screen need every row) a step's heap is read
+only when the step time earned since the last read pays for one at `HEAP_BUDGET`, and at least
+every `MAX_GAP` steps; the other steps' ``heap_bytes`` is empty (NaN), as a census column is
+between censuses.
+
+memleak's own bytes (`own`, taken off the host series) are measured on the heap around its
+bookkeeping in a step that may keep some (a detail step, a batch of steps written, the live
+columns given more room): such a step is always read (`forced`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+#: Reads may cost this share of the step time...
+HEAP_BUDGET = 0.002
+#: ...after the first steps, each read...
+DENSE_STEPS = 32
+#: ...and the heap is read at least every MAX_GAP steps, whatever a read costs.
+MAX_GAP = 16
+
+
+class HeapReads:
+    """One run's heap reads: `begin` at a step's end before the probes sample (the heap as the
+    user's step left it, or None when this step is not read), `settle` after memleak's
+    bookkeeping."""
+
+    def __init__(self, counter: Callable[[], int], every_step: bool) -> None:
+        self.counter = counter
+        self.every_step = every_step  # the run's own memory (a CPU run): no budget
+        self.own = 0  # memleak's own bytes on the heap so far
+        self.cost = 0.0  # seconds a read takes (the last reads, smoothed)
+        self.credit = 0.0  # step time's share earned and not yet spent on reads
+        self.since = 0  # steps since the last read
+        self.base: int | None = None  # this step's read
+
+    def read(self) -> int:
+        """A read now, its time counted."""
+        t0 = time.perf_counter()
+        value = self.counter()
+        took = time.perf_counter() - t0
+        self.cost = took if not self.cost else 0.8 * self.cost + 0.2 * took
+        self.credit = min(self.credit, self.cost) - took  # paid for; no credit saved up
+        return value
+
+    def begin(self, step: int, step_seconds: float, forced: bool) -> int | None:
+        """The heap at the end of `step` (which took `step_seconds`), or None when it is not read:
+        `forced`, memleak's bookkeeping in this step may keep bytes on the heap."""
+        self.credit += step_seconds * HEAP_BUDGET
+        self.since += 1
+        due = self.since >= MAX_GAP or self.credit >= self.cost
+        if forced or due or self.every_step or step < DENSE_STEPS:
+            self.since = 0
+            self.base = self.read()
+        else:
+            self.base = None
+        return self.base
+
+    def settle(self, kept: bool) -> None:
+        """After the step's bookkeeping: `kept`, it may have kept bytes on the heap, read again
+        (~25 us) when this step was read (it was, if it was forced)."""
+        if kept and self.base is not None:
+            self.own += self.counter() - self.base

@@ -1,0 +1,111 @@
+"""The C heap read on a budget where it is not the run's own memory (recorder/heap_reads.py, a
+GPU run's host side): every step at first, then as the step time pays for it, at least every
+MAX_GAP steps, and always where memleak's bookkeeping may keep bytes; a host leak on a heap too
+slow to read every step is still found. A CPU run reads it every step."""
+from __future__ import annotations
+
+import time
+import types
+
+import numpy as np
+import pytest
+
+import memleak
+from memleak.probes.host import heap_counter
+from memleak.recorder import heap_reads
+from memleak.recorder import tracker as tracker_module
+from memleak.recorder.heap_reads import DENSE_STEPS, HEAP_BUDGET, MAX_GAP, HeapReads
+
+from helpers import model_and_optimizer, train
+
+
+def _clocked(monkeypatch, read_seconds: float, every_step: bool = False) -> HeapReads:
+    """HeapReads over a counter whose reads take `read_seconds` on a clock of the test's own."""
+    now = [0.0]
+    monkeypatch.setattr(heap_reads, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def counter() -> int:
+        now[0] += read_seconds
+        return 1 << 20
+
+    return HeapReads(counter, every_step)
+
+
+def _gaps(read: list[bool]) -> list[int]:
+    at = np.flatnonzero(read)
+    return np.diff(at).tolist()
+
+
+@pytest.mark.parametrize("read_seconds", [20e-6, 200e-6, 5e-3])
+def test_reads_keep_to_their_budget_after_the_first_steps(monkeypatch, read_seconds):
+    reads = _clocked(monkeypatch, read_seconds)
+    step_seconds = 0.025
+    read = [reads.begin(s, step_seconds, forced=False) is not None for s in range(3000)]
+    assert all(read[:DENSE_STEPS])
+    later = read[DENSE_STEPS:]
+    spent = sum(later) * read_seconds
+    budget = HEAP_BUDGET * step_seconds * len(later)
+    if read_seconds * MAX_GAP <= HEAP_BUDGET * step_seconds * MAX_GAP * 2:  # cheap enough for the budget
+        assert spent <= budget + read_seconds, (spent, budget)
+    assert max(_gaps(read)) <= MAX_GAP
+    if read_seconds <= HEAP_BUDGET * step_seconds:  # a read the budget pays every step: every step
+        assert all(later)
+    else:
+        assert sum(later) < len(later) / 2
+
+
+def test_the_heap_of_a_cpu_run_is_read_every_step(monkeypatch):
+    """There it is the run's memory, where its tensors live: no budget thins it."""
+    reads = _clocked(monkeypatch, 5e-3, every_step=True)
+    assert all(reads.begin(s, 0.01, forced=False) is not None for s in range(500))
+
+
+def test_a_forced_step_is_always_read_and_pays_from_the_budget(monkeypatch):
+    reads = _clocked(monkeypatch, 1e-3)
+    for s in range(DENSE_STEPS):
+        reads.begin(s, 0.01, forced=False)
+    forced = [reads.begin(s, 0.01, forced=s % 3 == 0) for s in range(DENSE_STEPS, 400)]
+    assert all(v is not None for i, v in enumerate(forced) if (DENSE_STEPS + i) % 3 == 0)
+    assert sum(v is not None for v in forced) < len(forced) / 3 + 30  # forced ones use up the credit
+
+
+def test_a_settled_step_counts_what_the_bookkeeping_kept_only_where_it_was_read(monkeypatch):
+    values = iter([100, 160, 200, 260])
+    reads = HeapReads(lambda: next(values), every_step=False)
+    reads.begin(0, 0.01, forced=True)  # 100
+    reads.settle(kept=True)  # 160: 60 kept
+    reads.begin(1, 0.01, forced=True)  # 200
+    reads.settle(kept=False)  # not read again
+    assert reads.own == 60
+    reads.base = None  # a step the budget did not read: nothing to measure from
+    reads.settle(kept=True)
+    assert reads.own == 60 and next(values) == 260
+
+
+@pytest.mark.skipif(heap_counter() is None, reason="no glibc mallinfo2 here")
+def test_a_host_leak_is_found_on_a_heap_too_slow_to_read_every_step(monkeypatch, tmp_path):
+    """The heap read as on a GPU run (on a budget), each read made to cost 2 ms (a fragmented heap,
+    many threads' arenas) on steps of about a millisecond: after the first steps it is read every
+    MAX_GAP steps (and where a batch of steps is written), and a host leak of 64 KiB a step shows
+    in it as it does in a dense series. (A run kept in memory, without out=, keeps every step on
+    the heap: each is read.)"""
+    real = heap_counter()
+
+    def slow() -> int:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 2e-3:
+            pass
+        return real()
+
+    monkeypatch.setattr("memleak.probes.host.heap_counter", lambda: slow)
+    monkeypatch.setattr(tracker_module, "HeapReads", lambda counter, every_step: HeapReads(counter, False))
+    model, opt = model_and_optimizer()
+    keep: list = []
+    with memleak.track(model, optimizer=opt, level="counters", out=tmp_path / "run") as tracker:
+        train(model, opt, 200, keep=keep, leak_bytes=64 * 1024)
+    heap = tracker.run().steps["heap_bytes"]
+    assert heap.iloc[:DENSE_STEPS].notna().all()
+    assert heap.iloc[DENSE_STEPS:].notna().mean() < 0.5  # the budget thinned the reads
+    report = tracker.report()
+    assert report.verdict == "leak", str(report)
+    assert report.growth is not None and report.growth.column == "heap_bytes"
