@@ -66,3 +66,35 @@ def test_turns_time_the_tracked_loop_whole_and_the_untracked_steps():
     pair = (overhead.make(torch.device("cpu"), d=16, layers=1), overhead.make(torch.device("cpu"), d=16, layers=1))
     tracked, untracked = overhead.turns_block(pair, torch.device("cpu"), 4, "counters", None)
     assert tracked > 0 and untracked > 0
+
+
+def test_the_tracked_loops_clock_stops_while_it_waits_for_its_turn():
+    """The tracker times its steps on the loop's own clock: the other loop's step in between
+    (here 50 ms) is not in the step times its budgets are shares of."""
+    import time
+
+    from memleak.recorder import tracker as tracker_module
+
+    other = overhead.Turns(lambda i: time.sleep(0.05))
+    durations = []
+    model, opt = overhead.make(torch.device("cpu"), d=16, layers=1)
+    data = [torch.randint(0, 256, (2, 33)) for _ in range(2)]
+
+    def step(i):
+        overhead.train_step(model, opt, data[i % 2])
+        t = tracker_module.time.perf_counter()
+        durations.append(t)
+
+    mine = overhead.Turns(step)
+    clock = mine.clock()
+    try:
+        with overhead.patched(tracker_module, "time", type("T", (), {"perf_counter": staticmethod(clock)})):
+            for _ in range(4):
+                mine.run_one()
+                other.run_one()
+    finally:
+        mine.close()
+        other.close()
+    gaps = [b - a for a, b in zip(durations, durations[1:])]
+    assert max(gaps) < 0.04, gaps  # a step of the tiny model, not the other loop's 50 ms
+    assert mine.waited >= 0.15
