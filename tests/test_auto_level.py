@@ -127,6 +127,24 @@ def test_a_leak_at_auto_is_named_and_the_report_says_which_steps_had_full_detail
     assert f"full detail on steps 0-{escalation.YOUNG_STEPS - 1} (start)" in str(report)
 
 
+def test_module_memory_is_measured_in_the_windows_not_in_the_young_steps(screen_every_few_steps):
+    """The per-module reads (four a module call, a heap walk each on CPU) would cost a young run a
+    step's time for a figure no verdict needs: auto reads them in its windows."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept = []
+    with memleak.track(model) as tracker:
+        _train(model, opt, 80, tracker, keep=kept)
+    run = tracker.run()
+    windows = [(a, b) for a, b, level, why in run.detail_spans() if level == "full" and why != "start"]
+    assert windows, run.detail_spans()
+    recs = run.records["modules"]
+    young = [r for r in recs if r["step"] < escalation.YOUNG_STEPS]
+    in_windows = [r for r in recs if any(a <= r["step"] <= b for a, b in windows)]
+    assert young and not any(r["counter"] for r in young)
+    assert in_windows and in_windows[0]["counter"]  # the first window's first detail step reads them
+
+
 def test_between_windows_no_hook_is_installed_and_no_tensor_is_tagged():
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

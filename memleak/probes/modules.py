@@ -41,7 +41,7 @@ import torch
 from torch.nn.modules import module as module_hooks
 
 from ..records import Event, ModuleOutputs, ModuleRow, ModulesRecord
-from ..schema import RecordType
+from ..schema import Level, RecordType
 from . import Probe, ProbeContext, Unavailable
 from .allocator import nested_value
 from .budget import young_gap
@@ -56,7 +56,8 @@ MIN_GAP = 8
 MAX_GAP = 12
 # In the auto level's windows, every other step is a detail step (outputs two steps old are compared).
 WINDOW_GAP = 2
-# The forward and backward bytes are read on the first detail step and every MEASURE_EVERY-th after.
+# The forward and backward bytes are read on the first detail step and every MEASURE_EVERY-th after
+# (at level auto, of its windows' detail steps).
 MEASURE_EVERY = 4
 
 
@@ -128,7 +129,7 @@ class ModuleProbe(Probe):
         self.bw_open: dict[int, int] = {}
         self.detail = False
         self.detail_step: int | None = None
-        self.details = 0  # detail steps so far
+        self.details = 0  # detail steps so far that may read the counter
         self.measure = False  # this detail step reads the counter
         self.outputs: list[tuple[Any, int, int, int]] = []  # (weakref, module index, step, bytes)
         self.next_detail: float = 1
@@ -228,8 +229,11 @@ class ModuleProbe(Probe):
         if step >= self.next_detail:
             self.detail = True
             self.detail_step = step
-            self.measure = self.counter is not None and self.details % MEASURE_EVERY == 0
-            self.details += 1
+            # level auto measures in its windows only: its young steps look for what survives, and
+            # the reads (four a module call, each a walk of the C heap on CPU) cost a step's time
+            measurable = self.counter is not None and (self.window or self.ctx.level != Level.AUTO)
+            self.measure = measurable and self.details % MEASURE_EVERY == 0
+            self.details += measurable
             if self.hooked and not self.handles:
                 # Global hooks, filtered by module identity: nothing is attached to the user's modules,
                 # so torch.save(model), pickle and copy.deepcopy see them as they were.
