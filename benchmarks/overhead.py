@@ -8,19 +8,18 @@ start-up cost (auto's young steps, the probes' set-up) from per-step cost: what 
 steps is paid every step. Goals: counters and auto <= 1.02x, modules <= 1.10x, full <= 1.30x.
 
 turns (the default on CPU): the tracked loop and an untracked copy of it (a second model, the
-same seed and data) run in turns, one step each, the untracked one in a thread of its own that
-runs only when handed the turn (memleak's creation-site mode and saved-tensor hooks are per
-thread, so they never reach it). Whatever slows a shared machine for a second or two slows both
-loops alike; two whole loops run one after the other differ by 5-10 % there, more than the
-goals. Each round gives one ratio per level: the tracked loop's summed time (start and close
-included) over the untracked loop's; the table gives the median over rounds and the lowest and
-highest round. Its first row, an untracked loop against another (A/A), is the method's own
-error. What is shared is charged to the untracked loop: module hooks memleak registers
-globally (filtered by module, at level modules and in detail steps) also run, and return at
-once, on the untracked model's calls. The tracker in the tracked loop reads a clock that stops
-while its loop waits for the turn (`Turns.clock`): its time budgets are shares of the loop's own
-step time, not of twice that. What the method cannot undo: the other loop's heap is in the same
-process, so the C heap read (glibc walks every arena's free chunks) costs more than with one loop.
+same seed and data) run in turns, one step each, each loop in a worker process of its own that
+runs a step only when handed the turn, both kept to one core. Whatever slows a shared machine
+for a second or two slows both loops alike; two whole loops run one after the other differ by
+5-10 % there, more than the goals. Each round gives one ratio per level: the tracked loop's
+summed time (start and close included) over the untracked loop's; the table gives the median
+over rounds and the lowest and highest round. Its first row, an untracked loop against another
+(A/A), is the method's own error. Each loop has its process to itself, as a training run does:
+its own heap (memleak reads glibc's heap counter every step on CPU, a walk of every free chunk,
+which in one process with both loops walked both loops' chunks, 190 us a read instead of 40),
+its own thread's arena, warmed up once. The tracker reads a clock that stops while its loop
+waits for the turn: its time budgets are shares of the loop's own step time, not of both
+loops' steps.
 
 blocks (the default on CUDA, where a step must not be synchronised to be timed on its own): the
 tracked and untracked whole loops one after the other, in a shuffled order each round, each
@@ -40,7 +39,6 @@ and with a read every step (workers_budget=1), paired per round.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import random
@@ -48,7 +46,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import types
 from pathlib import Path
@@ -174,69 +171,15 @@ def measure(device, reps, steps, levels, out):
     return base, ratios
 
 
-class Turns:
-    """One loop's steps, each run in a thread of its own when handed the turn: two of them run
-    two loops in turns, one step each, in one process. Whatever slows the machine for a second or two
-    (a neighbour on the host, the clock) slows both loops alike, where two blocks seconds apart
-    differ by 5-10 % on a shared machine. memleak's modes and saved-tensor hooks are per thread,
-    so the untracked loop's steps run without them."""
-
-    def __init__(self, step):
-        self.step = step  # step(i): the loop's step i
-        self.seconds = 0.0
-        self.waited = 0.0  # seconds this loop's thread spent waiting for its turn
-        self.go, self.done = threading.Semaphore(0), threading.Semaphore(0)
-        self.stop = False
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        i = 0
-        while True:
-            t0 = time.perf_counter()
-            self.go.acquire()
-            self.waited += time.perf_counter() - t0
-            if self.stop:
-                return
-            try:
-                t0 = time.perf_counter()
-                self.step(i)
-                self.seconds += time.perf_counter() - t0
-            except BaseException as e:  # handed back to the main thread
-                self.error = e
-            i += 1
-            self.done.release()
-
-    def run_one(self):
-        """The untracked loop's next step, in its thread; returns when it is done."""
-        self.go.release()
-        self.done.acquire()
-        if self.error is not None:
-            raise self.error
-
-    def close(self):
-        self.stop = True
-        self.go.release()
-        self.thread.join()
-
-    def clock(self):
-        """A clock that stops while this loop waits for its turn: the one memleak's tracker reads
-        in the tracked loop's thread, so the step times its budgets are shares of (the census, the
-        deep steps, the screen, the batch writes) are the loop's own, as when it runs alone, not
-        twice that with the other loop's step in between."""
-        return lambda: time.perf_counter() - self.waited
-
-
 class TrackedSteps:
-    """The tracked loop one step at a time, for `Turns`: the tracker made and started before step
-    0 and closed after the last step, inside the steps' own turns (so timed with them), in the
-    thread that runs them (memleak's modes are per thread)."""
+    """The tracked loop one step at a time: the tracker made and started before step 0 and closed
+    after the last step, inside the steps' own turns (so timed with them)."""
 
     def __init__(self, model, opt, data, sync, steps, level, device, out):
         self.model, self.opt, self.data, self.sync = model, opt, data, sync
         self.steps, self.level, self.device, self.out = steps, level, device, out
         self.tracker = None
+        self.durations = []  # the step times the tracker recorded (its budgets are shares of them)
 
     def __call__(self, i):
         try:
@@ -258,67 +201,118 @@ class TrackedSteps:
         tracker, self.tracker = self.tracker, None
         if tracker is not None:
             tracker.close()
+            self.durations = tracker.run().steps["duration"].tolist()
 
 
-def turns_block(pair, device, steps, level, out):
-    """(tracked seconds, untracked seconds) of one loop of each, run in turns (`Turns`), each loop
-    in a thread of its own (a loop in the main thread against one in a thread: an untracked pair
-    read 1.03x, 5 rounds of 200 steps, with the one in the main thread the slower).
-
-    The tracked loop's time is its whole loop (tracker start, every step with `tracker.step()`,
-    close), summed over its own turns; the untracked loop's, its steps. Which loop goes first
-    alternates every step, so neither gets the warmer cache throughout."""
-    (model, opt), (other, other_opt) = pair
+def loop_worker(conn, device_name, out):
+    """One loop in a process of its own, a step each time the parent says (`LoopProcess`): a model
+    made here, the same seed and data in every worker. The tracker in it reads a clock that stops
+    while the loop waits for its turn, so its budgets are shares of the loop's own step time."""
+    torch.set_num_threads(1)
+    logging.getLogger("memleak").setLevel(logging.ERROR)
+    device = torch.device(device_name)
+    model, opt = make(device)
     g = torch.Generator().manual_seed(1)
     data = [torch.randint(0, 256, (BATCH, 33), generator=g).to(device) for _ in range(8)]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    tracked = Turns(TrackedSteps(model, opt, data, sync, steps, level, device, out))
-    untracked = Turns(TrackedSteps(other, other_opt, data, sync, steps, None, device, out))
-    clock = tracked.clock()
-    own_time = types.SimpleNamespace(perf_counter=clock, monotonic=clock)
-    try:
-        with patched(memleak_tracker, "time", own_time), patched(memleak_writer, "time", own_time):
-            for i in range(steps):
-                first, second = (tracked, untracked) if i % 2 == 0 else (untracked, tracked)
-                first.run_one()
-                second.run_one()
-    finally:
-        tracked.close()
-        untracked.close()
-    return tracked.seconds, untracked.seconds
+    waited = 0.0
+    clock = types.SimpleNamespace(perf_counter=lambda: time.perf_counter() - waited,
+                                  monotonic=lambda: time.perf_counter() - waited)
+    memleak_tracker.time = memleak_writer.time = clock  # only this loop runs in this process
+    loop, seconds, i = None, 0.0, 0
+    while True:
+        t0 = time.perf_counter()
+        msg = conn.recv()
+        waited += time.perf_counter() - t0
+        try:
+            if msg[0] == "begin":
+                loop, seconds, i = TrackedSteps(model, opt, data, sync, msg[1], msg[2], device, out), 0.0, 0
+                reply = None
+            elif msg[0] == "step":
+                t0 = time.perf_counter()
+                loop(i)
+                seconds += time.perf_counter() - t0
+                i += 1
+                reply = None
+            elif msg[0] == "end":
+                reply = (seconds, loop.durations)
+            else:
+                return
+        except BaseException as e:  # handed to the parent, which raises it
+            reply = ("error", f"{type(e).__name__}: {e}")
+        conn.send(reply)
 
 
-@contextlib.contextmanager
-def patched(module, name, value):
-    """`module.name` is `value` inside the block."""
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
+class LoopProcess:
+    """A training loop in a worker process (`loop_worker`), run one step per call. Two of them run
+    two loops in turns, one step each: whatever slows a shared machine for a second or two slows
+    both alike. Each loop has its process, heap and allocator to itself, as a training run does:
+    in one process, glibc's heap read (memleak's on CPU) walked both loops' free chunks, and each
+    thread's first steps warmed up an arena of its own."""
+
+    def __init__(self, device, out):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no OpenMP state forked
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=loop_worker, args=(child, str(device), out), daemon=True)
+        self.proc.start()
+
+    def call(self, *msg):
+        self.conn.send(msg)
+        reply = self.conn.recv()
+        if isinstance(reply, tuple) and reply and reply[0] == "error":
+            raise RuntimeError(f"in the loop's process: {reply[1]}")
+        return reply
+
+    def close(self):
+        try:
+            self.conn.send(("stop",))
+        except OSError:
+            pass
+        self.proc.join(timeout=30)
+
+
+def turns_block(pair, steps, level):
+    """(tracked seconds, untracked seconds, the step times the tracker recorded) of one loop in each
+    worker of `pair`, run in turns. The tracked loop's time is its whole loop (tracker start, every
+    step with `tracker.step()`, close), summed over its own turns; the untracked loop's, its steps.
+    Which loop goes first alternates every step, so neither gets the warmer cache throughout."""
+    tracked, untracked = pair
+    tracked.call("begin", steps, level)
+    untracked.call("begin", steps, None)
+    for i in range(steps):
+        first, second = (tracked, untracked) if i % 2 == 0 else (untracked, tracked)
+        first.call("step")
+        second.call("step")
+    (mine, durations), (other, _) = tracked.call("end"), untracked.call("end")
+    return mine, other, durations
 
 
 def measure_turns(device, reps, steps, levels, out):
     """Per level, the per-round ratios of its loop over the untracked loop it ran in turns with
     (wall time; `None`: an untracked loop against another, the method's own error); and the
-    untracked step's median seconds. On CPU both loops' threads keep to one core (a handoff that
+    untracked step's median seconds. On CPU both loops' processes keep to one core (a handoff that
     moves a loop to the other core starts its step with cold caches)."""
     if device.type == "cpu" and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    pair = (make(device), make(device))
-    measured = (None, *levels)
-    for lvl in measured:  # warm up (first-use imports, caches)
-        turns_block(pair, device, 20, lvl, out)
-    ratios = {lvl: [] for lvl in measured}
-    base = []
-    for _ in range(reps):
-        order = list(measured)
-        random.shuffle(order)
-        for lvl in order:
-            tracked, untracked = turns_block(pair, device, steps, lvl, out)
-            ratios[lvl].append(tracked / untracked)
-            base.append(untracked / steps)
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the workers inherit it
+    pair = (LoopProcess(device, out), LoopProcess(device, out))
+    try:
+        measured = (None, *levels)
+        for lvl in measured:  # warm up (first-use imports, caches)
+            turns_block(pair, 20, lvl)
+        ratios = {lvl: [] for lvl in measured}
+        base = []
+        for _ in range(reps):
+            order = list(measured)
+            random.shuffle(order)
+            for lvl in order:
+                tracked, untracked, _ = turns_block(pair, steps, lvl)
+                ratios[lvl].append(tracked / untracked)
+                base.append(untracked / steps)
+    finally:
+        for loop in pair:
+            loop.close()
     return statistics.median(base), ratios
 
 
