@@ -111,13 +111,18 @@ def screen_every_few_steps(monkeypatch):
     monkeypatch.setattr(escalation, "SCREEN_BUDGET", 1e9)
 
 
-def test_a_leak_at_auto_is_named_and_the_report_says_which_steps_had_full_detail(screen_every_few_steps):
+def _leaking(steps: int):
+    """The tracker of a run at the default level whose loop keeps a tensor every step (in `keep`)."""
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     kept = []
     with memleak.track(model) as tracker:
-        _train(model, opt, 60, tracker, keep=kept)
-    report = tracker.report()
+        _train(model, opt, steps, tracker, keep=kept)
+    return tracker
+
+
+def test_a_leak_at_auto_is_named_and_the_report_says_which_steps_had_full_detail(screen_every_few_steps):
+    report = _leaking(60).report()
     assert report.verdict.value == "leak"
     assert report.suspects[0].location == "keep", str(report)  # the list _train appends to
     spans = report.run.detail_spans()
@@ -130,12 +135,7 @@ def test_a_leak_at_auto_is_named_and_the_report_says_which_steps_had_full_detail
 def test_module_memory_is_measured_in_the_windows_not_in_the_young_steps(screen_every_few_steps):
     """The per-module reads (four a module call, a heap walk each on CPU) would cost a young run a
     step's time for a figure no verdict needs: auto reads them in its windows."""
-    model = make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    kept = []
-    with memleak.track(model) as tracker:
-        _train(model, opt, 80, tracker, keep=kept)
-    run = tracker.run()
+    run = _leaking(80).run()
     windows = [(a, b) for a, b, level, why in run.detail_spans() if level == "full" and why != "start"]
     assert windows, run.detail_spans()
     recs = run.records["modules"]
