@@ -258,6 +258,11 @@ class AutoLevel:
         self.check_due = nxt >= self.next_check
         return None
 
+    def may_check(self, step: int) -> bool:
+        """Whether `after` may ask for a check at the end of `step` (its walk frees and keeps memory
+        of memleak's: the tracker reads the heap around it)."""
+        return step + 1 >= self.next_check
+
     def check(
         self, step: int, probes: Sequence[Probe], turn_off: Callable[[Probe, Exception], None]
     ) -> tuple[bool, DetailReason] | None:

@@ -339,8 +339,9 @@ class Tracker:
         return 0 if self._heap_reads is None else self._heap_reads.own
 
     def _plain_step(self) -> bool:
-        """Whether the step that ends recorded the counters alone (no probe's detail)."""
-        return self.level == Level.COUNTERS or (self._auto is not None and not self._auto.on)
+        """Whether the step that ends recorded the counters alone (no probe's detail, no check)."""
+        auto = self._auto
+        return self.level == Level.COUNTERS or (auto is not None and not auto.on and not auto.may_check(self._step))
 
     def _set_detail(self, step: int, on: bool | None, why: DetailReason) -> None:
         """Level auto: the sampled probes' detail on or off from `step` (None: on level full's own
