@@ -180,7 +180,7 @@ class TrackedSteps:
         self.model, self.opt, self.data, self.sync = model, opt, data, sync
         self.steps, self.level, self.device, self.out = steps, level, device, out
         self.tracker = None
-        self.durations = []  # the step times the tracker recorded (its budgets are shares of them)
+        self.closed = None  # the tracker once closed: its run is read after the timed steps
 
     def __call__(self, i):
         try:
@@ -202,7 +202,11 @@ class TrackedSteps:
         tracker, self.tracker = self.tracker, None
         if tracker is not None:
             tracker.close()
-            self.durations = tracker.run().steps["duration"].tolist()
+            self.closed = tracker
+
+    def durations(self):
+        """The step times the closed tracker recorded (its budgets are shares of them)."""
+        return [] if self.closed is None else self.closed.run().steps["duration"].tolist()
 
 
 def loop_worker(conn, device_name, out):
@@ -244,7 +248,7 @@ def loop_worker(conn, device_name, out):
                 i += 1
                 reply = None
             elif msg[0] == "end":
-                reply = (seconds, loop.durations)
+                reply = (seconds, loop.durations())  # read after the loop's timed steps
             else:
                 return
         except BaseException as e:  # handed to the parent, which raises it
