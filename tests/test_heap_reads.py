@@ -40,7 +40,7 @@ def _gaps(read: list[bool]) -> list[int]:
 def test_reads_keep_to_their_budget_after_the_first_steps(monkeypatch, read_seconds):
     reads = _clocked(monkeypatch, read_seconds)
     step_seconds = 0.025
-    read = [reads.begin(s, step_seconds, forced=False) is not None for s in range(3000)]
+    read = [reads.begin(s, step_seconds, forced=lambda: False) is not None for s in range(3000)]
     assert all(read[:DENSE_STEPS])
     later = read[DENSE_STEPS:]
     spent = sum(later) * read_seconds
@@ -57,14 +57,14 @@ def test_reads_keep_to_their_budget_after_the_first_steps(monkeypatch, read_seco
 def test_the_heap_of_a_cpu_run_is_read_every_step(monkeypatch):
     """There it is the run's memory, where its tensors live: no budget thins it."""
     reads = _clocked(monkeypatch, 5e-3, every_step=True)
-    assert all(reads.begin(s, 0.01, forced=False) is not None for s in range(500))
+    assert all(reads.begin(s, 0.01, forced=lambda: False) is not None for s in range(500))
 
 
 def test_a_forced_step_is_always_read_and_pays_from_the_budget(monkeypatch):
     reads = _clocked(monkeypatch, 1e-3)
     for s in range(DENSE_STEPS):
-        reads.begin(s, 0.01, forced=False)
-    forced = [reads.begin(s, 0.01, forced=s % 3 == 0) for s in range(DENSE_STEPS, 400)]
+        reads.begin(s, 0.01, forced=lambda: False)
+    forced = [reads.begin(s, 0.01, forced=lambda: s % 3 == 0) for s in range(DENSE_STEPS, 400)]
     assert all(v is not None for i, v in enumerate(forced) if (DENSE_STEPS + i) % 3 == 0)
     assert sum(v is not None for v in forced) < len(forced) / 3 + 30  # forced ones use up the credit
 
@@ -72,9 +72,9 @@ def test_a_forced_step_is_always_read_and_pays_from_the_budget(monkeypatch):
 def test_a_settled_step_counts_what_the_bookkeeping_kept_only_where_it_was_read(monkeypatch):
     values = iter([100, 160, 200, 260])
     reads = HeapReads(lambda: next(values), every_step=False)
-    reads.begin(0, 0.01, forced=True)  # 100
+    reads.begin(0, 0.01, forced=lambda: True)  # 100
     reads.settle(kept=True)  # 160: 60 kept
-    reads.begin(1, 0.01, forced=True)  # 200
+    reads.begin(1, 0.01, forced=lambda: True)  # 200
     reads.settle(kept=False)  # not read again
     assert reads.own == 60
     reads.base = None  # a step the budget did not read: nothing to measure from

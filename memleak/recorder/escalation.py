@@ -255,7 +255,7 @@ class AutoLevel:
         per_window = self._per_window()
         if nxt >= self.screen_from + SAMPLE_GAP and self.spent() + per_window <= SAMPLE_BUDGET * elapsed:
             return self._open(nxt, DetailReason.SAMPLE)
-        self.check_due = nxt >= self.next_check
+        self.check_due = self.may_check(step)
         return None
 
     def may_check(self, step: int) -> bool:

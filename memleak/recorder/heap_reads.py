@@ -52,13 +52,14 @@ class HeapReads:
         self.credit = min(self.credit, self.cost) - took  # paid for; no credit saved up
         return value
 
-    def begin(self, step: int, step_seconds: float, forced: bool) -> int | None:
+    def begin(self, step: int, step_seconds: float, forced: Callable[[], bool]) -> int | None:
         """The heap at the end of `step` (which took `step_seconds`), or None when it is not read:
-        `forced`, memleak's bookkeeping in this step may keep bytes on the heap."""
+        `forced()`, memleak's bookkeeping in this step may keep bytes on the heap (asked only where
+        the step is not read anyway: every step of a CPU run is)."""
         self.credit += step_seconds * HEAP_BUDGET
         self.since += 1
         due = self.since >= MAX_GAP or self.credit >= self.cost
-        if forced or due or self.every_step or step < DENSE_STEPS:
+        if self.every_step or step < DENSE_STEPS or due or forced():
             self.since = 0
             self.base = self.read()
         else:

@@ -137,7 +137,7 @@ class LiveCheck:
         if step % self.stride:
             return False
         rows = len(self.series["step"])
-        room = (self._allocated - _EMPTY_COLUMN) // 8
+        room = (self._allocated - _EMPTY_COLUMN) // self.series["step"].itemsize
         return rows >= room or rows + 1 >= LIVE_ROWS
 
     def due(self, step: int, elapsed: float) -> bool:

@@ -301,7 +301,7 @@ class Tracker:
         heap = self._heap_reads
         if heap is not None:
             # the heap as the user's step left it (heap_reads.py), read where the bookkeeping keeps some
-            keeps = not plain or sink.keeps_next() or self._live.grows_next(step)
+            keeps = lambda: not plain or sink.keeps_next() or self._live.grows_next(step)  # noqa: E731
             values["heap_bytes"] = heap.begin(step, seconds, forced=keeps)
         for probe in list(self._probes):
             try:
