@@ -35,7 +35,10 @@ def fmt_bytes(n: float | int | None, signed: bool = False) -> str:
     n = abs(float(n))
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
-            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+            if unit != "B":
+                return f"{sign}{n:.1f} {unit}"
+            # under a byte (a slope: a few bytes every several steps) is not "+0 B"
+            return f"{sign}{n:.2g} B" if 0 < n < 1 else f"{sign}{n:.0f} B"
         n /= 1024
     raise AssertionError("unreachable")
 

@@ -254,3 +254,23 @@ def test_births_are_never_tagged_inside_optimizer_step():
             opt.zero_grad()
     assert sites and all(s.startswith("test_graphs.py:") for s in sites)
     assert f"test_graphs.py:{step_line}" not in sites
+
+
+def _saved(step, borns, tagged_here=True):
+    """A saved record at `step` holding 4 KiB saved on each step of `borns`."""
+    from memleak.records import SavedCohort, SavedRecord
+
+    cohorts = tuple(SavedCohort(born=b, site="train.py:9", count=1, bytes=4096) for b in borns)
+    return SavedRecord(step=step, cohorts=cohorts, tagged={str(step): [1, 4096]} if tagged_here else {})
+
+
+def test_saved_growth_is_judged_on_the_steps_that_tagged_not_on_the_walks_alone_after_them():
+    from memleak.detect.saved_graphs import saved_growth
+
+    deep = [_saved(s, range(1, s, 2)) for s in range(1, 30, 2)]  # each deep step's saved tensors stay held
+    walks = [_saved(s, range(1, 30, 2), tagged_here=False) for s in (60, 100, 150, 199)]  # level auto's checks
+    found = saved_growth(deep + walks)
+    assert found is not None and found["steps"][-1] == 29
+    # the same plateau from steps that did tag is real: what autograd holds stopped growing
+    plateau = [_saved(s, range(1, 30, 2)) for s in (60, 100, 150, 199, 250, 300, 350, 400, 450, 500)]
+    assert saved_growth(deep + plateau) is None

@@ -352,6 +352,30 @@ def test_a_cpu_run_is_drawn_less_memleaks_own_heap_bytes():
     assert top == pytest.approx(100 * MIB + 64 * 1024 * x)
 
 
+def test_the_stack_runs_on_to_the_walks_after_the_last_detail_step():
+    """Level auto walks the holders at checks between its windows, and once more at the end: the
+    stack goes on to those walks, the categories as last recorded and the total as the memory
+    column moved since then (the records' counter, glibc's arena alone, is lower than the heap)."""
+    n = 100
+    i = np.arange(n)
+    heap = 100 * MIB + 64 * 1024 * i
+    steps = pd.DataFrame({"step": i, "time": 0.1 * (i + 1), "heap_bytes": heap.astype(float)})
+    modules = [{"step": s, "steps": 1, "counter": "heap",
+                "categories": {"parameter": 10 * MIB, "total": float(heap[s] - 30 * MIB)},
+                "modules": [], "alive": []} for s in (1, 3, 5)]
+    walked = (1, 3, 5, 60, 99)
+    holders = [{"step": s, "holders": [{"holder": "history", "kind": "local", "bytes": 64 * 1024 * s,
+                                        "count": s, "nodes": 0}]} for s in walked]
+    run = Run({"device": "cpu", "level": "auto"}, steps, records={"modules": modules, "holders": holders})
+    x, layers = categories(run, ["history"], keep=("history",))
+    assert x.tolist() == list(walked)
+    stack = dict(layers)
+    assert stack["parameters"].tolist() == [10 * MIB] * len(walked)
+    assert stack["history"].tolist() == [64 * 1024 * s for s in walked]
+    top = np.sum([v for _, v in layers], axis=0)
+    assert top == pytest.approx(heap[list(walked)] - 30 * MIB)
+
+
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node to check the page's scripts")
 def test_the_pages_own_scripts_are_valid_javascript(tmp_path, page):
     scripts = re.findall(r"<script>(.*?)</script>", without_plotlyjs(page), flags=re.S)

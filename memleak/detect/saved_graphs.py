@@ -18,11 +18,15 @@ from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, sustained_rise
 def saved_growth(saved: Sequence[SavedRecord]) -> dict | None:
     """The growth of what autograd still holds for backward, with the sites that saved it; None
     when it does not grow."""
-    if len(saved) < MIN_SAMPLES:
+    # the trend is judged on the steps that tagged: a walk alone (level auto's checks, its last
+    # look when the run ends) tags nothing new, so what it finds cannot rise, whatever autograd
+    # keeps (older run files, which do not say what each step tagged, keep every record)
+    tagging = [r for r in saved if str(r.step) in r.tagged] or list(saved)
+    if len(tagging) < MIN_SAMPLES:
         return None
-    steps = [r.step for r in saved]
-    totals = [float(sum(c.bytes for c in r.cohorts)) for r in saved]
-    counts = [float(sum(c.count for c in r.cohorts)) for r in saved]
+    steps = [r.step for r in tagging]
+    totals = [float(sum(c.bytes for c in r.cohorts)) for r in tagging]
+    counts = [float(sum(c.count for c in r.cohorts)) for r in tagging]
     tr = sustained_rise(steps, totals, 1024, rel_rise=0.3) or sustained_rise(steps, counts, MIN_COUNT_RISE)
     if tr is None:
         return None

@@ -109,6 +109,13 @@ def params_and_buffers(model) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     return list(params.values()), list(buffers.values())
 
 
+def state_tensors(state: Any, p: Any) -> list[torch.Tensor]:
+    """The tensors an optimizer's `state` (``optimizer.state``) keeps for parameter `p` (Adam's
+    moments, its step count); none for a parameter it keeps nothing for."""
+    st = state.get(p) if state else None
+    return [v for v in st.values() if isinstance(v, torch.Tensor)] if isinstance(st, dict) else []
+
+
 def excluded_ids(model, optimizer, start_params=None) -> tuple[set[int], set[int]]:
     """Ids of parameters, gradients, buffers and optimizer state; and their storage pointers.
 
@@ -124,10 +131,8 @@ def excluded_ids(model, optimizer, start_params=None) -> tuple[set[int], set[int
                 if start_params is not None
                 else [p for group in optimizer.param_groups for p in group["params"]]
             )
-        mine = {id(p) for p in params}
-        for p, st in optimizer.state.items():
-            if isinstance(st, dict) and id(p) in mine:
-                owned.extend(st.values())
+        for p in params:
+            owned.extend(state_tensors(optimizer.state, p))
     # .grad of parameters only: read on a tensor made by an op (a buffer can be one), torch warns
     owned.extend([g for g in (getattr(p, "grad", None) for p in params) if g is not None])
     owned.extend(params)

@@ -42,7 +42,7 @@ from torch.nn.modules import module as module_hooks
 
 from ..records import Event, ModuleOutputs, ModuleRow, ModulesRecord
 from ..schema import Level, RecordType
-from . import Probe, ProbeContext, Unavailable
+from . import Probe, ProbeContext, Unavailable, identity
 from .allocator import nested_value
 from .budget import young_gap
 from .holders import holders_record, walk_roots
@@ -364,12 +364,9 @@ class ModuleProbe(Probe):
                 cats["gradient"] += size(p.grad)
         for b in buffers:
             cats["buffer"] += size(b)
-        if opt is not None:
-            for st in opt.state.values():
-                if isinstance(st, dict):
-                    for v in st.values():
-                        if isinstance(v, torch.Tensor):
-                            cats["optimizer_state"] += size(v)
+        state = getattr(opt, "state", None)
+        for p in state or ():
+            cats["optimizer_state"] += sum(size(v) for v in identity.state_tensors(state, p))
         if self.counter is not None:
             total = int(self.counter())
             cats["total"] = total

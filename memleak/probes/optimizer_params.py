@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from . import reach
+from .identity import state_tensors
 
 #: Tensors of the optimizer's groups listed at most per walk (the rest is not walked).
 _MAX_LISTED = 4096
@@ -58,9 +59,7 @@ def stale_params(opt: Any, exclude: set[int]) -> list[torch.Tensor]:
             out.append(p)
             if p.grad is not None:
                 out.append(p.grad)
-            st = state.get(p)
-            if isinstance(st, dict):
-                out.extend(v for v in st.values() if isinstance(v, torch.Tensor))
+            out.extend(state_tensors(state, p))
             if len(out) >= _MAX_LISTED:
                 return out
     return out

@@ -10,10 +10,8 @@ when first seen. Only paths and counts are kept (no reference to a module), boun
 
 from __future__ import annotations
 
-import torch
-
 from ..records import RegisteredRow
-from .identity import user_path
+from .identity import state_tensors, user_path
 
 #: Modules whose counts are remembered (a leak of a million modules stops adding new ones).
 MAX_PATHS = 100_000
@@ -65,9 +63,7 @@ def _row(path: str, m, first: int, n: int, state) -> RegisteredRow:
         size += _nbytes(p)
         if p.grad is not None:
             grads += _nbytes(p.grad)
-        st = state.get(p) if state else None
-        if isinstance(st, dict):
-            kept += sum(_nbytes(v) for v in st.values() if isinstance(v, torch.Tensor))
+        kept += sum(_nbytes(v) for v in state_tensors(state, p))
     for b in m.buffers():
         size += _nbytes(b)
     newest = ""

@@ -159,9 +159,10 @@ def nodes_label(tables: dict[str, pd.DataFrame]) -> str:
 def categories(
     run, holders: list[str], keep: tuple[str, ...] = (), min_share: float = 0.01
 ) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
-    """Memory by category at the detail steps, in stacking order: the rest up to the total
-    (the records' counter, else the run's memory column) at the bottom, then parameters,
-    buffers, gradients, optimizer state (from the `modules` records), then the named holders
+    """Memory by category at the detail steps and the walks after them, in stacking order: the rest
+    up to the total (the records' counter, else the run's memory column) at the bottom, then
+    parameters, buffers, gradients, optimizer state (from the `modules` records; after the last, as
+    it recorded them), then the named holders
     that ever hold `min_share` of the total (a tenth of that for those in `keep`), on top,
     beside the line they make grow.
     ([], []) when the run has neither categories nor holders."""
@@ -172,6 +173,15 @@ def categories(
         layers = [(label, np.array([r.categories.get(k, 0) for r in records], dtype=float)) for k, label in CATEGORIES]
         layers = [(label, v) for label, v in layers if v.any()]
         total = np.array([r.categories.get("total", np.nan) for r in records], dtype=float) - _own_at(run, x)
+        # walks after the last detail step (level auto's checks): the categories as last recorded
+        later = np.array(sorted({s for t in walks.values() for s in t["step"] if s > x[-1]}), dtype=float)
+        if len(later):
+            layers = [(label, np.concatenate([v, np.full(len(later), v[-1])])) for label, v in layers]
+            # the records' counter is not the memory column (glibc's arena alone on CPU): the column's
+            # change since the last record, added to that record's total
+            mem = _total_at(run, np.append(x[-1], later)) - _own_at(run, np.append(x[-1], later))
+            total = np.concatenate([total, total[-1] + mem[1:] - mem[0]])
+            x = np.concatenate([x, later])
     elif walks:
         x = np.asarray(next(iter(walks.values()))["step"], dtype=float)
         layers, total = [], _total_at(run, x)
