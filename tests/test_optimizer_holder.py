@@ -109,8 +109,7 @@ def test_the_fix_says_how_to_stop_adding_groups():
 def test_without_a_model_the_parameters_held_when_first_seen_are_owned():
     model = nn.Linear(8, 2)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    start = StartParams()
-    start.owned(opt)  # first seen: the model's parameters
+    start = StartParams(opt)  # first seen: the model's parameters
     for _ in range(2):
         opt.add_param_group({"params": nn.Linear(8, 8).parameters()})
     ids, _ = excluded_ids(None, opt, start)

@@ -130,8 +130,10 @@ def _entry(
 
 def data_fix(holder: str, hkind: str) -> str:
     """What to keep instead of every step's Python objects, or how to bound or clear them."""
-    if hkind == "jit":
-        return jit_fix(holder, hkind)
+    return jit_fix(holder, hkind) or _objects_fix(holder, hkind)
+
+
+def _objects_fix(holder: str, hkind: str) -> str:
     owner = ""
     if hkind == "closure":
         owner = " (a closure keeps it alive)"

@@ -31,8 +31,11 @@ class StartParams:
     """The parameters each optimizer held when memleak first saw it (weak references, by id):
     without a model they are the model's, and what the optimizer gains later is counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, opt: Any = None) -> None:
+        """Remembering what `opt` (None: no optimizer yet) holds now."""
         self._by_opt: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        if opt is not None:
+            self.owned(opt)
 
     def owned(self, opt: Any) -> list[torch.Tensor]:
         """`opt`'s parameters that it held when first seen here (all of them, the first time)."""

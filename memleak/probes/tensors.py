@@ -75,8 +75,7 @@ class TensorProbe(Probe):
     def start(self, ctx: ProbeContext) -> dict[str, Any]:
         self.ctx = ctx
         self.budget = float(ctx.options.get("deep_budget", 0.10))
-        self.start_params = StartParams()  # without a model: the optimizer's parameters now are its
-        self.start_params.owned(ctx.optimizer_ref())
+        self.start_params = StartParams(ctx.optimizer_ref())  # without a model: the optimizer's now are its
         self.traces_at_start = len(traced_functions())  # the compilation unit's earlier traces: not the loop's
         self.ages = Ages()
         self.births: dict[int, tuple[Any, int, str]] = {}  # id -> (weakref, step, site)
