@@ -109,16 +109,18 @@ def code_span(code) -> tuple[int, int]:
     return code.co_firstlineno, max(lines, default=code.co_firstlineno)
 
 
-def source_regions(frames: list, model: Any) -> list[tuple[str, int, int]]:
+#: A region of source: (file, first line, last line), or a class whose lines are looked up when
+#: a store is first looked for in it (`inspect` parses the class's whole file to find them).
+Region = tuple[str, int, int] | type
+
+
+def source_regions(frames: list, model: Any) -> list[Region]:
     """Where a store into a holder is looked for, nearest first: the functions the user's frames
-    run, the user classes of the model's modules, then the whole files of those frames."""
-    regions: list[tuple[str, int, int]] = []
+    run, the classes of the model's modules, then the whole files of those frames."""
+    regions: list[Region] = []
     for f in frames:
         regions.append((f.f_code.co_filename, *code_span(f.f_code)))
-    for cls in _user_classes(model):
-        span = _class_span(cls)
-        if span is not None:
-            regions.append(span)
+    regions.extend(_user_classes(model))
     for f in frames:
         regions.append((f.f_code.co_filename, 1, 1 << 30))
     return list(dict.fromkeys(regions))
@@ -141,9 +143,13 @@ def _class_span(cls: type) -> tuple[str, int, int] | None:
     return filename, first, first + len(lines) - 1
 
 
-def find_store(holder: str, regions: list[tuple[str, int, int]]) -> str | None:
+def find_store(holder: str, regions: list[Region]) -> str | None:
     """'file.py:line' of the first region's line that stores into `holder`, else None."""
-    for filename, first, last in regions:
+    for region in regions:
+        span = _class_span(region) if isinstance(region, type) else region
+        if span is None:  # a class of torch's, memleak's or a library's
+            continue
+        filename, first, last = span
         line = store_line(filename, first, last, holder)
         if line is not None:
             return f"{os.path.basename(filename)}:{line}"

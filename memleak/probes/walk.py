@@ -23,6 +23,7 @@ from .holder_stats import HolderTally
 from .identity import Ages, tensor_nbytes
 from .optimizer_params import optimizer_held
 from .reach import closure_items, default_items, fn_name
+from .stores import Region
 from .walk_scope import (
     HOOK_DICTS,
     LRU_CACHES,
@@ -73,7 +74,7 @@ class Walk(HolderTally):
         self.snapshots: list[dict] = []  # f_locals snapshots of non-running frames read by the walk
         self.nodes = 0
         self.truncated = False
-        self.regions: list[tuple[str, int, int]] = []  # source searched for a holder's storing line
+        self.regions: list[Region] = []  # source searched for a holder's storing line
         self.piled_hooks: dict[str, str] = {}  # holder -> why: captured by copies of one module hook
 
     # -- queueing
