@@ -571,6 +571,9 @@ def test_tensors_kept_through_a_weakref_finalize_callback_are_named_by_its_owner
         st = h["_Tracker.refs"]
         assert st.count == 3 and st.kind == "finalizer"
         assert "weakref.finalize" in st.note
+        # level modules' scan walks the model tree only: the process's finalizers are not the model's
+        scan = walk_roots(step=1, model=nn.Linear(2, 2), optimizer=None, ages=Ages(), exclude=set(), frames=[])
+        assert "_Tracker.refs" not in scan.holders
     finally:
         for f in finalizers:
             f()

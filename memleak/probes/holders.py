@@ -89,8 +89,8 @@ def walk_roots(
         _add_globals(w, g)
     if optimizer is not None:  # its extra attributes, when no variable reached it
         w.add_root(optimizer, "optimizer", "local")
-    _add_finalizers(w)
-    if frames:  # what torch.jit.trace compiled, kept for the whole process
+    if frames:  # what the process keeps (not the model-only scan): finalizer callbacks, jit traces
+        _add_finalizers(w)
         add_traced(w, traces_since)
     try:
         w.run()
