@@ -254,11 +254,11 @@ def test_the_first_sampled_window_waits_until_the_run_can_pay_for_it():
     so a short clean run gets no sampled window it cannot afford (it used to count as free)."""
     auto = AutoLevel()
     auto.begin()
-    heap = [1e8] * 3000
+    heap = [1e8] * 6000
     plain = 0.01
     elapsed = 0.0
     first = None
-    for step in range(3000):
+    for step in range(6000):
         elapsed += 0.03 if auto.on else plain
         change = auto.after(step, 0.03 if auto.on else plain, elapsed, _series(heap[max(0, step - 70): step + 1]))
         if change is not None and change[1] == DetailReason.SAMPLE:
