@@ -39,7 +39,7 @@ Windows open
   is `GROWTH_SPACING` times as long as when the last one opened, so a run that keeps growing
   gets a few windows, spread over its length, not full detail throughout;
 - on a time budget (`sample`): a window opens when the windows' detail so far, with one more
-  window, costs at most `SAMPLE_BUDGET` of the run's time (0.25 %) (before any window was measured, one
+  window, costs at most `SAMPLE_BUDGET` (0.25 %) of the run's time (before any window was measured, one
   is taken to cost `UNMEASURED_DETAIL` plain steps a step), and `SAMPLE_GAP` steps have passed
   since the last window: slow growth the screen misses is still sampled, and a bounded cache is
   seen again after it filled.

@@ -173,13 +173,14 @@ def categories(
         layers = [(label, np.array([r.categories.get(k, 0) for r in records], dtype=float)) for k, label in CATEGORIES]
         layers = [(label, v) for label, v in layers if v.any()]
         total = np.array([r.categories.get("total", np.nan) for r in records], dtype=float) - _own_at(run, x)
-        # walks after the last detail step (level auto's checks): the categories as last recorded
+        # walks after the last detail step (level auto's checks): the categories as last recorded,
+        # and the records' counter (glibc's arena alone on CPU, not the memory column) moved as the
+        # memory column moved since the last record
         later = np.array(sorted({s for t in walks.values() for s in t["step"] if s > x[-1]}), dtype=float)
-        if len(later):
+        at = np.append(x[-1], later)
+        mem = _total_at(run, at) - _own_at(run, at)
+        if len(later) and np.isfinite(mem).all():
             layers = [(label, np.concatenate([v, np.full(len(later), v[-1])])) for label, v in layers]
-            # the records' counter is not the memory column (glibc's arena alone on CPU): the column's
-            # change since the last record, added to that record's total
-            mem = _total_at(run, np.append(x[-1], later)) - _own_at(run, np.append(x[-1], later))
             total = np.concatenate([total, total[-1] + mem[1:] - mem[0]])
             x = np.concatenate([x, later])
     elif walks:
