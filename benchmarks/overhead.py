@@ -118,11 +118,17 @@ def train_step(model, opt, tokens):
     loss.item()
 
 
-def block(model, opt, device, steps, level, out=None):
-    """(wall seconds, CPU seconds) of the whole loop: tracker start, `steps` steps, close."""
+def loop_data(device):
+    """The loop's 8 batches (the same in every loop and process) and how to wait for `device`."""
     g = torch.Generator().manual_seed(1)
     data = [torch.randint(0, 256, (BATCH, 33), generator=g).to(device) for _ in range(8)]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    return data, sync
+
+
+def block(model, opt, device, steps, level, out=None):
+    """(wall seconds, CPU seconds) of the whole loop: tracker start, `steps` steps, close."""
+    data, sync = loop_data(device)
     sync()
     t0, c0 = time.perf_counter(), time.process_time()
     if level == REFERENCE:
@@ -218,9 +224,7 @@ def loop_worker(conn, device_name, out):
     logging.getLogger("memleak").setLevel(logging.ERROR)
     device = torch.device(device_name)
     model, opt = make(device)
-    g = torch.Generator().manual_seed(1)
-    data = [torch.randint(0, 256, (BATCH, 33), generator=g).to(device) for _ in range(8)]
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    data, sync = loop_data(device)
     # first-use imports in both loops' processes: memleak's probes, and what its live check imports
     # once memory rises (the growth detector, pandas, scipy: about 0.3 s, once a process)
     memleak.probes.probes_for_level("full")
@@ -316,9 +320,9 @@ def measure_turns(device, reps, steps, levels, out):
         order = list(measured)
         random.shuffle(order)
         for lvl in order:
-            # two fresh processes a block: a process that ran a tracked loop keeps running its loop
-            # about 2 % slower after the tracker closed (an untracked pair read 0.999x before one
-            # tracked block and 1.026x after), which persistent workers charged to later blocks
+            # two fresh processes a block: a process that ran a tracked loop may run its loop slower
+            # after the tracker closed (an untracked pair read 0.3-2.6 % slower after one tracked
+            # block than before it), which persistent workers would charge to later blocks
             pair = (LoopProcess(device, out), LoopProcess(device, out))
             try:
                 tracked, untracked, _ = turns_block(pair, steps, lvl)
