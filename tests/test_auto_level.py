@@ -269,3 +269,34 @@ def test_the_first_sampled_window_waits_until_the_run_can_pay_for_it():
     assert first > escalation.YOUNG_STEPS + escalation.SAMPLE_GAP  # the gap alone would have opened it here
     # it opens on the first step the budget pays for it
     assert guess <= escalation.SAMPLE_BUDGET * elapsed < guess + escalation.SAMPLE_BUDGET * plain
+
+
+def test_the_screen_s_plain_python_precheck_never_drops_a_series_the_full_test_passes():
+    """`may_rise` runs first and alone on a clean run's series, so it must pass every series
+    `rising` passes: flat, noisy, creeping, stepped, staircased, falling, with NaN gaps and
+    negative values, at the floors of the heap, RSS and no floor."""
+    rng = np.random.default_rng(1)
+    n = escalation.SCREEN_ROWS
+    passed = failed = 0
+    for trial in range(3000):
+        base = rng.choice([0.0, -1e6, 1e8])
+        kind = trial % 5
+        noise = rng.normal(0, rng.choice([1.0, 1e3, 1e5]), n)
+        if kind == 0:
+            y = base + noise
+        elif kind == 1:
+            y = base + rng.choice([1.0, 1e2, 1e4, 1e6]) * np.arange(n) + noise
+        elif kind == 2:
+            y = base + np.cumsum(np.where(rng.random(n) < 0.15, rng.choice([1e4, 1e6]), 0.0)) + noise * 0.01
+        elif kind == 3:
+            y = base - 1e3 * np.arange(n) + noise
+        else:
+            y = base + np.where(np.arange(n) > n // 2, 1e6, 0.0) + noise
+        y[rng.random(n) < rng.choice([0.0, 0.3])] = np.nan
+        for min_rel in (0.0, escalation.min_rel_growth("heap_bytes"), escalation.min_rel_growth("rss_bytes")):
+            if escalation.rising(y, min_rel):
+                passed += 1
+                assert escalation.may_rise(list(y), min_rel), (trial, min_rel)
+            elif not escalation.may_rise(list(y), min_rel):
+                failed += 1
+    assert passed > 500 and failed > 500, (passed, failed)  # both sides were tried

@@ -50,6 +50,7 @@ time of a plain (counters) step, and never less than `DETAIL_FLOOR` of a plain s
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from array import array
@@ -160,13 +161,25 @@ def stairs(y: np.ndarray, d: np.ndarray, rise: float) -> bool:
     return True
 
 
+def may_rise(y: Sequence[float], min_rel: float = 0.0) -> bool:
+    """What `rising` needs at least, in plain Python: a few microseconds, where numpy's full test
+    costs hundreds in the cold caches a training step leaves (a clean run's series fails it, so
+    the screen fits in its budget every SCREEN_EVERY steps). Its finite values rise from the
+    first to the last, by at least SCREEN_MIN_SHARE of the share `min_rel` of their least value
+    (which `rising` asks of their median)."""
+    vals = [v for v in y if math.isfinite(v)]
+    if len(vals) < SCREEN_MIN_ROWS:
+        return False
+    rise = vals[-1] - vals[0]
+    low = min(vals)
+    return rise > 0 and (low < 0 or rise >= SCREEN_MIN_SHARE * min_rel * low)
+
+
 def screen(series: Mapping[str, array], since: int = 0) -> bool:
     """Whether any watched memory series rises over its last SCREEN_ROWS values from step
     `since` on (the host heap less memleak's own bytes)."""
-    import numpy as np
-
-    steps = np.frombuffer(series["step"], dtype=np.float64)
-    first = max(int(np.searchsorted(steps, since)), len(steps) - SCREEN_ROWS)
+    steps = series["step"]
+    first = max(bisect.bisect_left(steps, since), len(steps) - SCREEN_ROWS)
     if len(steps) - first < SCREEN_MIN_ROWS:
         return False
     own = series.get(OWN_COLUMN)
@@ -174,13 +187,19 @@ def screen(series: Mapping[str, array], since: int = 0) -> bool:
         vals = series.get(col)
         if vals is None or len(vals) != len(steps):
             continue
-        y = np.frombuffer(vals, dtype=np.float64)[first:]
+        y: Sequence[float] = vals[first:]
         if col == "heap_bytes" and own is not None and len(own) == len(steps):
-            mine = np.frombuffer(own, dtype=np.float64)[first:]
-            y = y - np.where(np.isfinite(mine), mine, 0.0)
-        if rising(y, min_rel_growth(col)):
+            y = [v - (o if math.isfinite(o) else 0.0) for v, o in zip(y, own[first:], strict=True)]
+        min_rel = min_rel_growth(col)
+        if may_rise(y, min_rel) and rising(_floats(y), min_rel):
             return True
     return False
+
+
+def _floats(y: Sequence[float]) -> np.ndarray:
+    import numpy as np
+
+    return np.asarray(y, dtype=np.float64)
 
 
 def quiet(probes: Sequence[Probe], series: Mapping[str, array]) -> bool:
