@@ -430,8 +430,8 @@ def measure_workers(workers, reps, steps):
     print(f"cpu, DataLoader with {workers} workers: untracked loop {statistics.median(wall['untracked']):.2f} s "
           f"wall, {statistics.median(cpu['untracked']):.2f} s CPU (medians of {reps} loops of {steps} steps)")
     for mode in list(WORKER_MODES)[1:]:
-        rw = statistics.median(t / b for t, b in zip(wall[mode], wall["untracked"]))
-        rc = statistics.median(t / b for t, b in zip(cpu[mode], cpu["untracked"]))
+        rw = statistics.median(t / b for t, b in zip(wall[mode], wall["untracked"], strict=True))
+        rc = statistics.median(t / b for t, b in zip(cpu[mode], cpu["untracked"], strict=True))
         print(f"  {mode:22} {rw:6.3f}x wall {rc:6.3f}x CPU (whole loop, paired per round)")
     return 0
 
