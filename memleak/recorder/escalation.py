@@ -119,13 +119,14 @@ SCREEN_BUDGET = 0.002
 SCREEN_COLUMNS = ("allocated_bytes", "heap_bytes", "tensor_bytes")
 
 
-def rising(y: np.ndarray, min_rel: float = 0.0) -> bool:
-    """Whether `y` (NaN where not read) trends up: by at least SCREEN_MIN_SHARE of the share
+def rising(values: Sequence[float], min_rel: float = 0.0) -> bool:
+    """Whether `values` (NaN where not read) trend up: by at least SCREEN_MIN_SHARE of the share
     `min_rel` of its level the growth detector needs (its largest single step aside), and it rose
     on most steps with Kendall's tau clearly above what noise gives, or it rose as a staircase
     (`stairs`)."""
     import numpy as np
 
+    y = np.asarray(values, dtype=np.float64)
     y = y[np.isfinite(y)]
     n = len(y)
     if n < SCREEN_MIN_ROWS:
@@ -191,15 +192,9 @@ def screen(series: Mapping[str, array], since: int = 0) -> bool:
         if col == "heap_bytes" and own is not None and len(own) == len(steps):
             y = [v - (o if math.isfinite(o) else 0.0) for v, o in zip(y, own[first:], strict=True)]
         min_rel = min_rel_growth(col)
-        if may_rise(y, min_rel) and rising(_floats(y), min_rel):
+        if may_rise(y, min_rel) and rising(y, min_rel):
             return True
     return False
-
-
-def _floats(y: Sequence[float]) -> np.ndarray:
-    import numpy as np
-
-    return np.asarray(y, dtype=np.float64)
 
 
 def quiet(probes: Sequence[Probe], series: Mapping[str, array]) -> bool:
