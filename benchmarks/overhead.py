@@ -316,7 +316,7 @@ def measure_turns(device, reps, steps, levels, out):
     measured = (None, *levels)
     ratios = {lvl: [] for lvl in measured}
     base = []
-    for _ in range(reps):
+    for rnd in range(reps):
         order = list(measured)
         random.shuffle(order)
         for lvl in order:
@@ -324,8 +324,12 @@ def measure_turns(device, reps, steps, levels, out):
             # after the tracker closed (an untracked pair read 0.3-2.6 % slower after one tracked
             # block than before it), which persistent workers would charge to later blocks
             pair = (LoopProcess(device, out), LoopProcess(device, out))
+            # the tracked loop runs in the first-started process one round, the second the next: a
+            # process's loop can run 0.3-0.7 % slower than its twin's for a whole block, either one
+            # (A/A medians of 5 blocks), which a fixed side would charge to one level every round
+            tracked_first = rnd % 2 == 0
             try:
-                tracked, untracked, _ = turns_block(pair, steps, lvl)
+                tracked, untracked, _ = turns_block(pair if tracked_first else pair[::-1], steps, lvl)
             finally:
                 for loop in pair:
                     loop.close()

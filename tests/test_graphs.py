@@ -274,3 +274,23 @@ def test_saved_growth_is_judged_on_the_steps_that_tagged_not_on_the_walks_alone_
     # the same plateau from steps that did tag is real: what autograd holds stopped growing
     plateau = [_saved(s, range(1, 30, 2)) for s in (60, 100, 150, 199, 250, 300, 350, 400, 450, 500)]
     assert saved_growth(deep + plateau) is None
+
+
+def test_tensors_saved_for_backward_while_the_creation_site_mode_is_on_get_the_users_line():
+    # an op the creation-site mode dispatches saves its tensors for backward from inside the mode's
+    # own frame: the site is the user's line that called the op, not "?" (memleak's frame)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept = []
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        probe = next(p for p in tracker._probes if p.name == "tensors")
+        for _ in range(6):
+            loss = model(torch.randn(4, 8)).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            kept_line = sys._getframe().f_lineno + 1
+            kept.append(model(torch.randn(4, 8)))  # its graph (and what it saved) stays held
+            sites = {e[4] for e in probe.saved}
+    assert f"test_graphs.py:{kept_line}" in sites
+    assert all(s.startswith("test_graphs.py:") for s in sites), sites

@@ -101,6 +101,17 @@ def _frame_kind(code) -> int:
     return hit
 
 
+#: memleak's frames that stand between a torch op and the code that called it without making its
+#: tensors memleak's: the creation-site mode's ``__torch_function__``, inside which an op it
+#: dispatches saves tensors for backward (`pass_through`).
+_PASS_THROUGH: set[types.CodeType] = set()
+
+
+def pass_through(code: types.CodeType) -> None:
+    """Let `user_site` walk past frames running `code` (memleak's own, otherwise where it stops)."""
+    _PASS_THROUGH.add(code)
+
+
 def makes_no_user_tensors(fn: Callable[..., Any]) -> bool:
     """Whether every tensor `fn` makes (torch.optim's own ``step``, under torch's wrappers) gets no
     creation site: `user_site` stops at its frames."""
@@ -117,7 +128,7 @@ def user_site(start_depth: int = 1) -> str | None:
         kind = _frame_kind(f.f_code)
         if kind == _USER:
             return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
-        if kind == _NOT_USERS:
+        if kind == _NOT_USERS and f.f_code not in _PASS_THROUGH:
             return None
         f = f.f_back
     return None

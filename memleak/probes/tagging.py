@@ -19,6 +19,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._device import DeviceContext
 
+from .frames import pass_through
+
 # Tensors tagged per deep step, at most (a very large step is sampled, not walked whole).
 MAX_TAGS = 20000
 
@@ -79,6 +81,10 @@ class _BirthMode(TorchFunctionMode):
             except Exception:
                 pass
         return out
+
+
+# a tensor an op saves for backward while the mode dispatches it is the op caller's, not memleak's
+pass_through(_BirthMode.__torch_function__.__code__)
 
 
 def stacks_empty() -> bool:
