@@ -294,3 +294,16 @@ def test_tensors_saved_for_backward_while_the_creation_site_mode_is_on_get_the_u
             sites = {e[4] for e in probe.saved}
     assert f"test_graphs.py:{kept_line}" in sites
     assert all(s.startswith("test_graphs.py:") for s in sites), sites
+
+
+def test_saved_growth_says_what_each_sampled_steps_graph_still_keeps():
+    from memleak.detect.saved_graphs import attach_saved, saved_growth
+
+    # two sites save on each step: 4 KiB each, 8 KiB a step; what the sampled steps keep grows 4 KiB a
+    # step (every other step is sampled), but each of them keeps 8 KiB
+    deep = [_saved(s, [b for b in range(1, s, 2) for _ in (0, 1)]) for s in range(1, 30, 2)]
+    found = saved_growth(deep)
+    assert found is not None and found["per_cohort"] == 8192 and found["cohorts"] == 14
+    findings: dict = {}
+    attach_saved(found, findings, {})  # no holder keeps graphs: the site that saved the most takes it
+    assert any("about 8.0 KiB from each of them" in e for e in findings["train.py:9"]["evidence"])

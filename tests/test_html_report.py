@@ -334,6 +334,26 @@ def test_categories_stack_the_rest_first_and_the_holders_on_top():
     assert total == pytest.approx(leaking_run().steps["allocated_bytes"].to_numpy()[x.astype(int)])
 
 
+def test_where_a_suspect_keeps_graphs_the_rest_layer_says_it_has_what_they_saved():
+    """A walk counts a held graph's nodes, not the tensors they saved for backward: those are in the
+    rest layer, and its label says whose graphs they are; it keeps the rest's colour and its place."""
+    import types
+
+    from memleak.report.series import CATEGORY_COLORS, REST, layer_colors, rest_label, stack_floor
+    from memleak.schema import Kind
+
+    cached = types.SimpleNamespace(kind=Kind.CACHED_TENSOR, location="cache")
+    graphs = types.SimpleNamespace(kind=Kind.RETAINED_GRAPH, location="preds")
+    assert rest_label([cached]) == REST
+    label = rest_label([cached, graphs])
+    assert label.startswith(REST) and "preds" in label and "saved" in label
+    x, layers = categories(leaking_run(), ["history"], rest=label)
+    assert layers[0][0] == label
+    assert layer_colors([label, "history"], ["history"])[0] == CATEGORY_COLORS[REST]
+    flat = [(label, np.full(4, 100.0)), ("history", np.arange(4.0))]
+    assert stack_floor(flat, []) > 0  # the axis starts under a big constant rest, whatever its label
+
+
 def test_a_cpu_run_is_drawn_less_memleaks_own_heap_bytes():
     """memleak's bookkeeping (the detector it imports mid-run: 30 MiB at once) is not the user's
     memory: the heap line and the stack's top are drawn less it, as the detectors judge them."""

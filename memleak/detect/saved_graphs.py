@@ -34,13 +34,18 @@ def saved_growth(saved: Sequence[SavedRecord]) -> dict | None:
     for c in saved[-1].cohorts:
         sites[c.site] += c.bytes
     top = sorted(sites.items(), key=lambda kv: -kv[1])
+    born: dict[int, int] = defaultdict(int)
+    for c in saved[-1].cohorts:
+        born[c.born] += c.bytes
     return {
         "trend": tr,
         "steps": steps,
         "totals": totals,
         "counts": counts,
         "sites": top,
-        "cohorts": len({c.born for c in saved[-1].cohorts}),
+        "cohorts": len(born),
+        # what one sampled step's graph still keeps (the median step): the rate where every step's is kept
+        "per_cohort": sorted(born.values())[len(born) // 2] if born else 0,
     }
 
 
@@ -52,8 +57,8 @@ def attach_saved(info, findings: Entries, hkinds) -> None:
     sites = ", ".join(s for s, _ in info["sites"][:3])
     ev = (
         f"autograd still holds {fmt_bytes(totals[-1])} of tensors saved for backward on {info['cohorts']} earlier "
-        f"sampled steps (saved at {sites}); it grows {fmt_bytes(bps)} per step: graphs are retained, not freed "
-        f"by backward"
+        f"sampled steps (saved at {sites}), about {fmt_bytes(info['per_cohort'])} from each of them: graphs are "
+        f"retained, not freed by backward"
     )
     keeper = _graph_keeper(findings)
     if keeper is not None:

@@ -46,7 +46,9 @@ def memory_figure(report) -> Any:
     x = step_axis(run.steps)
     lines = S.memory_lines(run)
     holders = S.top_holders(run, report.suspects)
-    cx, layers = S.categories(run, holders, tuple(s.location for s in report.suspects))
+    cx, layers = S.categories(
+        run, holders, tuple(s.location for s in report.suspects), rest=S.rest_label(report.suspects)
+    )
     tops = [np.nanmax(v) for _, v in lines] + ([np.sum([v for _, v in layers], axis=0).max()] if layers else [])
     scale, unit = S.binary_scale(max(tops, default=1.0))
     g = go()

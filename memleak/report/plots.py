@@ -47,7 +47,9 @@ def plot_run(run, growth=None, suspects=None):
 
     series = _memory_series(steps, growth)
     holders = S.top_holders(run, suspects or ())
-    cx, layers = S.categories(run, holders, _named(suspects)) if len(x) else (np.array([]), [])
+    cx, layers = (
+        S.categories(run, holders, _named(suspects), rest=S.rest_label(suspects)) if len(x) else (np.array([]), [])
+    )
     tops = [np.nanmax(v) for _, v in series if np.isfinite(v).any()]
     tops += [float(np.sum([v for _, v in layers], axis=0).max())] if layers else []
     scale, unit = S.binary_scale(max(tops, default=1.0))

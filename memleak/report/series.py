@@ -118,9 +118,25 @@ def top_holders(run, suspects=(), n: int = TOP_HOLDERS) -> list[str]:
     return list(dict.fromkeys([*named, *rest]))[:n]
 
 
+def rest_label(suspects=()) -> str:
+    """The rest layer's label. Where a suspect keeps autograd graphs, the tensors those graphs saved
+    for backward are in it, not in the holder's layer (a walk counts a graph's nodes, not the bytes
+    they saved), and the label says so."""
+    keepers = [s.location for s in suspects or () if getattr(s.kind, "value", s.kind) == "retained_graph"]
+    return f"{REST}\n(with what the graphs\n{keepers[0]} keeps saved)" if keepers else REST
+
+
 def layer_colors(labels: list[str], holders: list[str]) -> list[str]:
     """The colour of each stacked layer: its category's, else its holder's (`holder_color`)."""
-    return [CATEGORY_COLORS.get(label) or holder_color(holders, label) for label in labels]
+    return [
+        CATEGORY_COLORS[REST] if is_rest(label) else CATEGORY_COLORS.get(label) or holder_color(holders, label)
+        for label in labels
+    ]
+
+
+def is_rest(label: str) -> bool:
+    """Whether a layer's label is the rest's (`rest_label`)."""
+    return label.split("\n")[0] == REST
 
 
 def holder_color(holders: list[str], name: str) -> str:
@@ -157,14 +173,14 @@ def nodes_label(tables: dict[str, pd.DataFrame]) -> str:
 
 
 def categories(
-    run, holders: list[str], keep: tuple[str, ...] = (), min_share: float = 0.01
+    run, holders: list[str], keep: tuple[str, ...] = (), min_share: float = 0.01, rest: str = REST
 ) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
     """Memory by category at the detail steps and the walks after them, in stacking order: the rest
     up to the total (the records' counter, else the run's memory column) at the bottom, then
     parameters, buffers, gradients, optimizer state (from the `modules` records; after the last, as
     it recorded them), then the named holders
     that ever hold `min_share` of the total (a tenth of that for those in `keep`), on top,
-    beside the line they make grow.
+    beside the line they make grow; the rest is labelled `rest` (`rest_label`).
     ([], []) when the run has neither categories nor holders."""
     records = [r for r in getattr(run, "module_records", []) if r.categories]
     walks = holder_series(run, holders) if holders else {}
@@ -195,7 +211,7 @@ def categories(
             layers.append((name, v))
     if np.isfinite(total).any():
         below = np.sum([v for _, v in layers], axis=0) if layers else np.zeros(len(x))
-        layers.insert(0, (REST, np.clip(total - below, 0, None)))
+        layers.insert(0, (rest, np.clip(total - below, 0, None)))
     return x, layers
 
 
@@ -203,7 +219,7 @@ def stack_floor(layers: list[tuple[str, np.ndarray]], lines: list[np.ndarray]) -
     """Where the memory axis under a stack starts: at zero, unless the rest at the bottom of the
     stack and every line stay far above it (a big, constant heap): then just under the lowest
     of them, so that the layers that change stay readable."""
-    if not layers or layers[0][0] != REST:
+    if not layers or not is_rest(layers[0][0]):
         return 0.0
     finite = [v[np.isfinite(v)] for v in lines if np.isfinite(v).any()]
     low = min([float(layers[0][1].min()), *(float(v.min()) for v in finite)])
