@@ -393,6 +393,20 @@ def test_referrers_name_an_attribute_of_an_object_with_inline_attributes():
     kept.clear()
 
 
+def test_referrers_name_a_dict_key_that_is_no_string_without_its_address():
+    import weakref
+
+    from memleak.probes.referrers import name_by_referrers
+
+    rec = _Record("x")
+    key = torch.zeros(1)
+    rec.by_batch = {weakref.ref(key): [torch.ones(3)]}  # the repr of such a key is an address
+    ref = weakref.ref(next(iter(rec.by_batch.values()))[0])
+    name = name_by_referrers(ref)
+    assert name == "_Record.by_batch[...]", name
+    del rec, key
+
+
 def test_finished_futures_in_a_list_are_named_by_the_list():
     from concurrent.futures import ThreadPoolExecutor
 
@@ -460,6 +474,64 @@ def test_a_list_of_slots_allocated_up_front_counts_the_filled_ones():
     count, _ = _held("middle", [sys._getframe()])
     assert round(count) == 3, count
     del slots, middle
+
+
+def test_an_object_array_made_up_front_counts_its_filled_slots():
+    """``np.empty(1000, dtype=object)`` filled in place from the front, as a list of slots is: its
+    ends show None, and the count must follow the filled slots, not stop at the first sampled ones."""
+    table = np.empty(1000, dtype=object)
+    for i in range(60):
+        table[i] = torch.zeros(256)
+    count, nbytes = _held("table", [sys._getframe()])
+    assert round(count) == 60 and round(nbytes) == 60 * 1024, (count, nbytes)
+    for i in range(60, 100):
+        table[i] = torch.zeros(256)
+    count, _ = _held("table", [sys._getframe()])
+    assert round(count) == 100, count
+    del table
+
+
+def test_a_weak_key_dictionary_holds_its_values_under_its_own_name():
+    """Its keys are weak, its values strong: values that keep their keys alive (here through an
+    attribute) keep both, and the dictionary is their holder."""
+    import weakref
+
+    class Key:
+        pass
+
+    cache = weakref.WeakKeyDictionary()
+    for _ in range(5):
+        k = Key()
+        k.t = torch.zeros(256)
+        cache[k] = (k, torch.zeros(256))
+    del k
+    walk = _walk([sys._getframe()])
+    assert "cache" in walk.holders and round(walk.holders["cache"].count) == 10
+    del cache
+
+
+def test_holders_made_one_per_step_fold_into_one_that_grows():
+    """``setattr(obj, f"act_{step}", t)``: each attribute holds one tensor and none grows; the walk
+    counts the family as one holder, `act_*`. A few numbered names (three heads) stay apart, and a
+    number in the path (a layer's index) makes no family."""
+    from memleak.probes.holder_families import family_name
+
+    class Recorder:
+        pass
+
+    rec = Recorder()
+    rec.head_0, rec.head_1, rec.head_2 = torch.zeros(4), torch.zeros(4), torch.zeros(4)
+    for step in range(10):
+        setattr(rec, f"act_{step}", torch.zeros(256))
+    walk = _walk([sys._getframe()])
+    st = walk.holders["rec.act_*"]
+    assert round(st.count) == 10 and round(st.nbytes) == 10 * 1024 and "10 holders" in st.note
+    assert not any(h.startswith("rec.act_") and h != "rec.act_*" for h in walk.holders)
+    assert {"rec.head_0", "rec.head_1", "rec.head_2"} <= set(walk.holders)
+    assert walk.tensor_holder[id(rec.act_7)] == "rec.act_*"
+    assert family_name("blocks.3.cache") is None and family_name("cache['step_3']") is None
+    assert family_name("model.buf12x3") == "model.buf*x*"
+    del rec
 
 
 def test_state_dicts_kept_in_a_long_list_hold_the_weights_once():

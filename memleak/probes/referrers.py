@@ -85,7 +85,7 @@ def name_by_referrers(ref, depth: int = 6) -> str:
             if isinstance(r, (types.FrameType, types.GeneratorType, types.CoroutineType)):
                 name = _frame_name(r, target, stack)
                 if name:
-                    return ".".join([name, *chain])
+                    return _joined([name, *chain])
                 continue
             if isinstance(r, dict):
                 key = next((k for k, v in r.items() if v is target), None)
@@ -93,14 +93,14 @@ def name_by_referrers(ref, depth: int = 6) -> str:
                 ours.add(id(owners))
                 owner = next((o for o in owners if getattr(o, "__dict__", None) is r), None)
                 if isinstance(owner, types.ModuleType) and key is not None:  # a module's global
-                    return ".".join([str(key), *chain])
+                    return _joined([_key(key), *chain])
                 if owner is not None:
-                    return ".".join([_type_name(owner), *([str(key)] if key is not None else []), *chain])
+                    return _joined([_type_name(owner), *([_key(key)] if key is not None else []), *chain])
                 if "__name__" in r and key is not None:  # a module's globals
-                    return ".".join([str(key), *chain])
+                    return _joined([_key(key), *chain])
                 found = r
                 if key is not None:
-                    chain.insert(0, str(key))
+                    chain.insert(0, _key(key))
                 break
             if isinstance(r, (list, tuple, set, frozenset, collections.deque)):
                 found = r
@@ -111,9 +111,20 @@ def name_by_referrers(ref, depth: int = 6) -> str:
                 break
             attr = _attribute_of(r, target)
             if attr:  # Python 3.11+ keeps an object's attributes inline: the object itself refers
-                return ".".join([_type_name(r), attr, *chain])
+                return _joined([_type_name(r), attr, *chain])
         del refs
         if found is None:
             return ""
         target = found
     return ""
+
+
+def _key(key: Any) -> str:
+    """A dict key as a part of a holder's name: a string as it is, anything else (a number, a
+    tensor, a weak reference, whose repr is an address) as ``[...]``."""
+    return key if isinstance(key, str) else "[...]"
+
+
+def _joined(parts: list[str]) -> str:
+    """A holder's name from its parts: ``cache.data.[...]`` is written ``cache.data[...]``."""
+    return ".".join(parts).replace(".[...]", "[...]")

@@ -19,6 +19,7 @@ import torch
 from . import reach
 from .frames import is_internal, is_locals_snapshot
 from .graphs import Roots
+from .holder_families import fold_families
 from .holder_stats import HolderTally
 from .identity import Ages, tensor_nbytes
 from .optimizer_params import optimizer_held
@@ -109,6 +110,7 @@ class Walk(HolderTally):
             if st is not None:
                 st.kind, st.note = "piled_hook", why
         self._finish()
+        fold_families(self)
 
     # -- one object, by its type
     def _visit(self, obj, path, holder, kind, weight, note) -> None:
@@ -130,6 +132,10 @@ class Walk(HolderTally):
             self._frame_owner(obj, path, holder, kind, weight, note)
         elif isinstance(obj, types.MethodType):
             self.push(obj.__self__, path, holder, kind, weight, note)
+        elif isinstance(obj, weakref.WeakKeyDictionary):
+            # its keys are weak, its values strong: a value that keeps its key alive (a graph, an
+            # attribute) keeps both for as long as the dictionary lives
+            self._sequence(list(obj.values()), path, holder, kind, weight, note)
         elif isinstance(obj, LRU_CACHES):
             self._lru_cache(obj, path, holder, weight, note)
         elif t.__name__ == "partial" and hasattr(obj, "func"):
@@ -172,13 +178,9 @@ class Walk(HolderTally):
         if base is not None:
             self.push(base, path, holder, kind, weight, note)
         if objects and getattr(obj, "size", 0):
-            flat = obj.ravel()
-            n = len(flat)
-            items = list(flat) if n <= 2 * SEQ_SAMPLE else [*flat[:SEQ_SAMPLE], *flat[-SEQ_SAMPLE:]]
-            if n > len(items):
-                self._estimated(holder or path)
-            for it in items:
-                self.push(it, path + "[...]", holder or path, kind, weight * n / len(items), note)
+            # its items, as a list's: an array made up front (``np.empty(n, dtype=object)``) and
+            # filled in place shows its growth in the filled slots, not at its ends
+            self._sequence(obj.ravel(), path, holder or path, kind, weight, note)
 
     def _lru_cache(self, fn, path, holder, weight, note) -> None:
         """What a `functools.lru_cache` keeps for the life of its function: each key and result.

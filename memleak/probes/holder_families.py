@@ -1,0 +1,67 @@
+"""Holders made one per step: ``setattr(self, f"act_{step}", x)``, an attribute or a slot per
+batch. Each holds a tensor or two and none of them grows, but together they do. A walk folds
+each such family into one holder, the number in its name written ``*`` (``layer.act_*``), so
+that what grows is seen growing, under a name the user finds in their code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from .holder_stats import HolderStats, HolderTally
+
+#: Holders whose names differ only in a number in their last part fold into one from this many on
+#: (fewer are as likely a fixed set: ``head_0``, ``head_1``).
+FAMILY_MIN = 4
+# the last part of a holder's name that may be numbered: an attribute or variable name
+_NAMED = re.compile(r"[A-Za-z_]\w*")
+_NUMBER = re.compile(r"\d+")
+
+#: Fields summed over a family's members.
+_SUMMED: tuple[str, ...] = ("count", "nbytes", "n_grad", "old", "old_bytes", "host_bytes", "nodes")
+_SUMMED += ("views", "arrays", "np_arrays", "objects", "obj_bytes")
+
+
+def family_name(holder: str) -> str | None:
+    """`holder` with the numbers of its last part written ``*``, or None when that part is no
+    numbered name (``blocks.3.cache``: the number is a layer's, in the path, not the holder's)."""
+    head, dot, last = holder.rpartition(".")
+    if not _NAMED.fullmatch(last) or not _NUMBER.search(last):
+        return None
+    return f"{head}{dot}{_NUMBER.sub('*', last)}"
+
+
+def fold_families(tally: HolderTally) -> None:
+    """Fold, in a finished walk's tally, each family of FAMILY_MIN holders or more into one: its
+    counts summed, its tensors and graph roots under the family's name."""
+    families: dict[str, list[str]] = defaultdict(list)
+    for name in tally.holders:
+        family = family_name(name)
+        if family is not None:
+            families[family].append(name)
+    for family, names in families.items():
+        if len(names) < FAMILY_MIN or family in tally.holders:
+            continue
+        tally.holders[family] = _merged(family, [tally.holders.pop(n) for n in names])
+        roots = set().union(*(tally.roots.pop(n, set()) for n in names))
+        if roots:
+            tally.roots[family] = roots
+        members = set(names)
+        for tid, holder in tally.tensor_holder.items():
+            if holder in members:
+                tally.tensor_holder[tid] = family
+
+
+def _merged(family: str, members: list[HolderStats]) -> HolderStats:
+    st = HolderStats(family, members[0].kind)
+    for m in members:
+        for field in _SUMMED:
+            setattr(st, field, getattr(st, field) + getattr(m, field))
+        st.nodes_capped |= m.nodes_capped
+        st.estimated |= m.estimated
+        st.linked |= m.linked
+        if m.seq is not None:
+            st.seq = m.seq if st.seq is None else (min(st.seq[0], m.seq[0]), max(st.seq[1], m.seq[1]))
+    st.note = f"{len(members)} holders named {family}, a number each (one made per step or batch), counted as one"
+    return st
