@@ -82,10 +82,31 @@ def helper_object_on_the_model(model, opt, n):
         model.stats.history.append(_step(model, opt)[0].detach())
 
 
+def attribute_per_step(model, opt, n):
+    for i in range(n):
+        setattr(model[1], f"act_{i}", _step(model, opt)[0].detach())  # a new name each step
+
+
+def head_per_task(model, opt, n):
+    heads = nn.ModuleDict()
+    for i in range(n):
+        _step(model, opt)
+        heads[f"task{i}"] = nn.Linear(64, 8)  # a module (its weights) added each step, never dropped
+
+
+def object_array_slots(model, opt, n):
+    import numpy as np
+
+    preds = np.empty(1000, dtype=object)  # made up front, filled in place
+    for i in range(n):
+        preds[i] = _step(model, opt)[0].detach()
+
+
 @pytest.mark.parametrize("loop, holder", [
     (dict_by_step, "outputs"), (list_in_defaultdict, "stats['loss']"), (list_of_dicts, "records"),
     (mutable_default, "remember._seen"), (growing_cat, "all_preds"), (running_sum, "loss_sum"),
     (tensors_as_dict_keys, "seen"), (helper_object_on_the_model, "stats.history"),
+    (attribute_per_step, "1.act_*"), (head_per_task, "heads.task*."), (object_array_slots, "preds"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()

@@ -531,6 +531,8 @@ def test_holders_made_one_per_step_fold_into_one_that_grows():
     assert walk.tensor_holder[id(rec.act_7)] == "rec.act_*"
     assert family_name("blocks.3.cache") is None and family_name("cache['step_3']") is None
     assert family_name("model.buf12x3") == "model.buf*x*"
+    assert family_name("heads.task7.weight") == "heads.task*.weight"  # a module added per task
+    assert family_name("x (local of step3)") is None
     del rec
 
 

@@ -1,7 +1,7 @@
-"""Holders made one per step: ``setattr(self, f"act_{step}", x)``, an attribute or a slot per
-batch. Each holds a tensor or two and none of them grows, but together they do. A walk folds
-each such family into one holder, the number in its name written ``*`` (``layer.act_*``), so
-that what grows is seen growing, under a name the user finds in their code.
+"""Holders made one per step: ``setattr(self, f"act_{step}", x)``, a module added per task
+(``heads[f"task{i}"]``). Each holds a tensor or two and none of them grows, but together they
+do. A walk folds each such family into one holder, the numbers in its name written ``*``
+(``layer.act_*``), so that what grows is seen growing, under a name the user finds in their code.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections import defaultdict
 
 from .holder_stats import HolderStats, HolderTally
 
-#: Holders whose names differ only in a number in their last part fold into one from this many on
-#: (fewer are as likely a fixed set: ``head_0``, ``head_1``).
-FAMILY_MIN = 4
-# the last part of a holder's name that may be numbered: an attribute or variable name
+#: Holders whose names differ only in the numbers in their named parts fold into one from this many
+#: on (fewer are as likely a fixed set: ``head_0`` to ``head_3``, a ResNet's ``layer1`` to ``layer4``).
+FAMILY_MIN = 6
+# a part of a holder's name that may be numbered: an attribute or variable name
 _NAMED = re.compile(r"[A-Za-z_]\w*")
 _NUMBER = re.compile(r"\d+")
 
@@ -24,12 +24,14 @@ _SUMMED += ("views", "arrays", "np_arrays", "objects", "obj_bytes")
 
 
 def family_name(holder: str) -> str | None:
-    """`holder` with the numbers of its last part written ``*``, or None when that part is no
-    numbered name (``blocks.3.cache``: the number is a layer's, in the path, not the holder's)."""
-    head, dot, last = holder.rpartition(".")
-    if not _NAMED.fullmatch(last) or not _NUMBER.search(last):
+    """`holder` with the numbers in its named parts written ``*`` (``heads.task7.weight``:
+    ``heads.task*.weight``), or None when no part is a name with a number. A part that is a number
+    alone (``blocks.3.cache``: a ModuleList's layer) is a place in a fixed list, kept as it is."""
+    parts = holder.split(".")
+    numbered = [bool(_NAMED.fullmatch(p) and _NUMBER.search(p)) for p in parts]
+    if not any(numbered):
         return None
-    return f"{head}{dot}{_NUMBER.sub('*', last)}"
+    return ".".join(_NUMBER.sub("*", p) if n else p for p, n in zip(parts, numbered, strict=True))
 
 
 def fold_families(tally: HolderTally) -> None:
