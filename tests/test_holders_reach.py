@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 from torch import nn
 
@@ -457,10 +458,13 @@ def test_a_long_list_of_aliases_holds_one_storage_and_distinct_tensors_extrapola
     del aliases, distinct
 
 
-def test_a_list_of_slots_allocated_up_front_counts_the_filled_ones():
-    """``out_saved = [0] * 900`` filled in place from the front: its ends show placeholders and the
-    same first tensors step after step; the count must follow the filled slots, not plateau."""
-    slots = [0] * 900
+@pytest.mark.parametrize("make", [lambda: [0] * 900, lambda: np.empty(1000, dtype=object)],
+                         ids=["list", "object_array"])
+def test_slots_allocated_up_front_count_the_filled_ones(make):
+    """``out_saved = [0] * 900`` (or ``np.empty(1000, dtype=object)``) filled in place from the
+    front: its ends show placeholders and the same first tensors step after step; the count must
+    follow the filled slots, not plateau."""
+    slots = make()
     for i in range(60):
         slots[i] = torch.zeros(256)  # 1 KiB each
     count, nbytes = _held("slots", [sys._getframe()])
@@ -469,26 +473,15 @@ def test_a_list_of_slots_allocated_up_front_counts_the_filled_ones():
         slots[i] = torch.zeros(256)
     count, _ = _held("slots", [sys._getframe()])
     assert round(count) == 100, count
+    del slots
+
+
+def test_a_list_of_slots_filled_in_the_middle_counts_them():
     middle = [None] * 500
     middle[250:253] = [torch.zeros(256) for _ in range(3)]  # filled where no end is sampled
     count, _ = _held("middle", [sys._getframe()])
     assert round(count) == 3, count
-    del slots, middle
-
-
-def test_an_object_array_made_up_front_counts_its_filled_slots():
-    """``np.empty(1000, dtype=object)`` filled in place from the front, as a list of slots is: its
-    ends show None, and the count must follow the filled slots, not stop at the first sampled ones."""
-    table = np.empty(1000, dtype=object)
-    for i in range(60):
-        table[i] = torch.zeros(256)
-    count, nbytes = _held("table", [sys._getframe()])
-    assert round(count) == 60 and round(nbytes) == 60 * 1024, (count, nbytes)
-    for i in range(60, 100):
-        table[i] = torch.zeros(256)
-    count, _ = _held("table", [sys._getframe()])
-    assert round(count) == 100, count
-    del table
+    del middle
 
 
 def test_a_weak_key_dictionary_holds_its_values_under_its_own_name():
