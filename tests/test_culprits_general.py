@@ -138,3 +138,12 @@ def test_bounded_holders_are_clean(loop, level):
     with memleak.track(model, optimizer=opt, level=level) as tracker:
         loop(model, opt, 40)
     assert tracker.report().verdict == "clean", str(tracker.report())
+
+
+def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
+    model, opt = _model_and_optimizer()
+    with memleak.track(model, optimizer=opt) as tracker:
+        attribute_per_step(model, opt, 40)
+    top = tracker.report().suspects[0]
+    assert top.location == "1.act_*"
+    assert "made every step" in top.fix and "delattr" in top.fix, top.fix

@@ -507,7 +507,7 @@ def test_holders_made_one_per_step_fold_into_one_that_grows():
     """``setattr(obj, f"act_{step}", t)``: each attribute holds one tensor and none grows; the walk
     counts the family as one holder, `act_*`. A few numbered names (three heads) stay apart, and a
     number in the path (a layer's index) makes no family."""
-    from memleak.probes.holder_families import family_name
+    from memleak.holder_names import family_name
 
     class Recorder:
         pass

@@ -354,6 +354,22 @@ def test_where_a_suspect_keeps_graphs_the_rest_layer_says_it_has_what_they_saved
     assert stack_floor(flat, []) > 0  # the axis starts under a big constant rest, whatever its label
 
 
+def test_a_family_of_holders_is_drawn_once_not_also_as_its_first_members():
+    """Walks before a family of holders made one per step was big enough to fold saw its members
+    by name: the pictures draw the family (`heads.task*.weight`), not those few members too."""
+    from memleak.report.series import top_holders
+
+    i = np.arange(20)
+    steps = pd.DataFrame({"step": i, "time": 0.1 * (i + 1), "heap_bytes": 1e8 + 4096.0 * i})
+    early = [{"step": s, "holders": [{"holder": f"heads.task{k}.weight", "kind": "attribute", "bytes": 4096,
+                                      "count": 1} for k in range(s)]} for s in (1, 3, 5)]
+    late = [{"step": s, "holders": [{"holder": "heads.task*.weight", "kind": "attribute", "bytes": 4096 * s,
+                                     "count": s}, {"holder": "cache", "kind": "global", "bytes": 100, "count": 1}]}
+            for s in (9, 15, 19)]
+    run = Run({"device": "cpu", "level": "auto"}, steps, records={"holders": early + late})
+    assert top_holders(run) == ["heads.task*.weight", "cache"]
+
+
 def test_a_cpu_run_is_drawn_less_memleaks_own_heap_bytes():
     """memleak's bookkeeping (the detector it imports mid-run: 30 MiB at once) is not the user's
     memory: the heap line and the stack's top are drawn less it, as the detectors judge them."""

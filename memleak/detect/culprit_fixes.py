@@ -46,6 +46,13 @@ def culprit_fix(
             f"`ctx.save_for_backward(...)` and read `ctx.saved_tensors` in backward."
         )
     grad = " and `.detach()` them (they carry autograd graphs)" if has_grad else ""
+    if "*" in holder:  # a family of holders, one made per step (probes/holder_families.py)
+        return (
+            f"a new `{holder}` is made every step or batch (its name takes a number each time: "
+            f'`setattr(obj, f"name_{{i}}", ...)`, `d[f"key{{i}}"] = ...`) and none is ever dropped: reuse one '
+            f"name (overwrite it), delete the old ones (`delattr`, `del`), or keep them in a bounded container "
+            f"(`collections.deque(maxlen=...)`){grad}."
+        )
     if kind == Kind.CACHED_TENSOR:
         return (
             f"the module attribute `{holder}` gains tensors every forward: do not cache on `self` across "

@@ -6,32 +6,18 @@ do. A walk folds each such family into one holder, the numbers in its name writt
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
+from ..holder_names import family_name
 from .holder_stats import HolderStats, HolderTally
 
 #: Holders whose names differ only in the numbers in their named parts fold into one from this many
 #: on (fewer are as likely a fixed set: ``head_0`` to ``head_3``, a ResNet's ``layer1`` to ``layer4``).
 FAMILY_MIN = 6
-# a part of a holder's name that may be numbered: an attribute or variable name
-_NAMED = re.compile(r"[A-Za-z_]\w*")
-_NUMBER = re.compile(r"\d+")
 
 #: Fields summed over a family's members.
 _SUMMED: tuple[str, ...] = ("count", "nbytes", "n_grad", "old", "old_bytes", "host_bytes", "nodes")
 _SUMMED += ("views", "arrays", "np_arrays", "objects", "obj_bytes")
-
-
-def family_name(holder: str) -> str | None:
-    """`holder` with the numbers in its named parts written ``*`` (``heads.task7.weight``:
-    ``heads.task*.weight``), or None when no part is a name with a number. A part that is a number
-    alone (``blocks.3.cache``: a ModuleList's layer) is a place in a fixed list, kept as it is."""
-    parts = holder.split(".")
-    numbered = [bool(_NAMED.fullmatch(p) and _NUMBER.search(p)) for p in parts]
-    if not any(numbered):
-        return None
-    return ".".join(_NUMBER.sub("*", p) if n else p for p, n in zip(parts, numbered, strict=True))
 
 
 def fold_families(tally: HolderTally) -> None:

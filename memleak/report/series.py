@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..holder_names import family_name
 from ..run import own_adjusted, step_axis
 from ..schema import HOST_COLUMNS, OWN_COLUMN
 
@@ -113,6 +114,9 @@ def top_holders(run, suspects=(), n: int = TOP_HOLDERS) -> list[str]:
         for h in rec.holders:
             if h.holder:
                 peak[h.holder] = max(peak.get(h.holder, 0.0), float(h.bytes))
+    # a holder made one per step is drawn once, in its family (`heads.task*.weight`), not also as
+    # each of the first few members the walks saw before the family was big enough to fold
+    peak = {k: v for k, v in peak.items() if family_name(k) not in peak}
     named = [s.location for s in suspects or () if s.location in peak]
     rest = sorted((k for k in peak if k not in named), key=lambda k: -peak[k])
     return list(dict.fromkeys([*named, *rest]))[:n]

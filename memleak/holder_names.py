@@ -1,0 +1,22 @@
+"""Holder names that differ only in their numbers: one family, made one per step
+(``heads.task7.weight`` is of ``heads.task*.weight``). Torch-free: the report draws a family once.
+"""
+
+from __future__ import annotations
+
+import re
+
+# a part of a holder's name that may be numbered: an attribute or variable name
+_NAMED = re.compile(r"[A-Za-z_]\w*")
+_NUMBER = re.compile(r"\d+")
+
+
+def family_name(holder: str) -> str | None:
+    """`holder` with the numbers in its named parts written ``*`` (``heads.task7.weight``:
+    ``heads.task*.weight``), or None when no part is a name with a number. A part that is a number
+    alone (``blocks.3.cache``: a ModuleList's layer) is a place in a fixed list, kept as it is."""
+    parts = holder.split(".")
+    numbered = [bool(_NAMED.fullmatch(p) and _NUMBER.search(p)) for p in parts]
+    if not any(numbered):
+        return None
+    return ".".join(_NUMBER.sub("*", p) if n else p for p, n in zip(parts, numbered, strict=True))
