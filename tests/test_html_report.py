@@ -346,7 +346,8 @@ def test_where_a_suspect_keeps_graphs_the_rest_layer_says_it_has_what_they_saved
     graphs = types.SimpleNamespace(kind=Kind.RETAINED_GRAPH, location="preds")
     assert rest_label([cached]) == REST
     label = rest_label([cached, graphs])
-    assert label.startswith(REST) and "preds" in label and "saved" in label
+    # one line: the HTML legend shows it as it is (the PNG's legend wraps it)
+    assert label.startswith(REST) and "preds" in label and "saved" in label and "\n" not in label
     x, layers = categories(leaking_run(), ["history"], rest=label)
     assert layers[0][0] == label
     assert layer_colors([label, "history"], ["history"])[0] == CATEGORY_COLORS[REST]

@@ -9,6 +9,8 @@ page draws too.
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from ..run import step_axis
@@ -55,7 +57,8 @@ def plot_run(run, growth=None, suspects=None):
     scale, unit = S.binary_scale(max(tops, default=1.0))
     if layers:
         colors = S.layer_colors([label for label, _ in layers], holders)
-        ax.stackplot(cx, *[v / scale for _, v in layers], labels=[lb for lb, _ in layers], colors=colors, alpha=0.45)
+        labels = [textwrap.fill(lb, 30) for lb, _ in layers]  # a long label wraps in the legend
+        ax.stackplot(cx, *[v / scale for _, v in layers], labels=labels, colors=colors, alpha=0.45)
     for label, values in series:
         dx, dy = S.downsample(x, values, PNG_POINTS)
         ax.plot(dx, dy / scale, label=label, linewidth=1.4, zorder=3)

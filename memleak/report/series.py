@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..holder_names import family_name
 from ..run import own_adjusted, step_axis
-from ..schema import HOST_COLUMNS, OWN_COLUMN
+from ..schema import HOST_COLUMNS, OWN_COLUMN, Kind
 
 #: Points a drawn series keeps at most (min and max of each of half as many buckets).
 MAX_POINTS = 2000
@@ -126,8 +126,8 @@ def rest_label(suspects=()) -> str:
     """The rest layer's label. Where a suspect keeps autograd graphs, the tensors those graphs saved
     for backward are in it, not in the holder's layer (a walk counts a graph's nodes, not the bytes
     they saved), and the label says so."""
-    keepers = [s.location for s in suspects or () if getattr(s.kind, "value", s.kind) == "retained_graph"]
-    return f"{REST}\n(with what the graphs\n{keepers[0]} keeps saved)" if keepers else REST
+    keepers = [s.location for s in suspects or () if s.kind == Kind.RETAINED_GRAPH]
+    return f"{REST} (with what the graphs {keepers[0]} keeps saved)" if keepers else REST
 
 
 def layer_colors(labels: list[str], holders: list[str]) -> list[str]:
@@ -140,7 +140,7 @@ def layer_colors(labels: list[str], holders: list[str]) -> list[str]:
 
 def is_rest(label: str) -> bool:
     """Whether a layer's label is the rest's (`rest_label`)."""
-    return label.split("\n")[0] == REST
+    return label.startswith(REST)
 
 
 def holder_color(holders: list[str], name: str) -> str:
