@@ -529,6 +529,27 @@ def test_holders_made_one_per_step_fold_into_one_that_grows():
     del rec
 
 
+def test_a_buffering_log_handler_holds_the_tensors_its_records_were_given():
+    """``log.debug("loss %s", loss)`` with a handler that buffers (``MemoryHandler``, never flushed
+    below CRITICAL): each record keeps its arguments, and the logger's handlers hold them."""
+    import logging
+    import logging.handlers
+
+    log = logging.getLogger("memleak-test-buffered")
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    log.addHandler(logging.handlers.MemoryHandler(capacity=10**6, flushLevel=logging.CRITICAL + 1))
+    try:
+        for step in range(5):
+            log.debug("step %d loss %s", step, torch.zeros(256))
+        walk = _walk([sys._getframe()])  # the handler is reached through the logger alone
+        assert round(walk.holders["log.handlers"].count) == 5, sorted(walk.holders)
+    finally:
+        for handler in list(log.handlers):
+            log.removeHandler(handler)
+            handler.buffer.clear()
+
+
 def test_state_dicts_kept_in_a_long_list_hold_the_weights_once():
     model = nn.Linear(64, 64)
     weights = sum(p.numel() * 4 for p in model.parameters())

@@ -192,6 +192,24 @@ def is_view_of(base: Any) -> bool:
 
 
 def opened_inside(t: type) -> bool:
-    """Whether an object of a skipped package (torch) is still walked: an autograd ctx (it may
-    store tensors), a DataLoader or Dataset (its dataset may cache tensors), a Subset..."""
-    return issubclass(t, torch.autograd.function.BackwardCFunction) or t.__module__.startswith("torch.utils.data")
+    """Whether an object of a skipped package (torch, logging) is still walked: an autograd ctx (it
+    may store tensors), a DataLoader or Dataset (its dataset may cache tensors), a Subset, a logger
+    and its handlers and records..."""
+    return (
+        issubclass(t, torch.autograd.function.BackwardCFunction)
+        or t.__module__.startswith("torch.utils.data")
+        or _is_logging_holder(t)
+    )
+
+
+def _is_logging_holder(t: type) -> bool:
+    """A logger, a handler or a log record: a buffering handler (``logging.handlers.MemoryHandler``)
+    keeps every record, and a record keeps its arguments (``log.debug("loss %s", loss)``)."""
+    logging = sys.modules.get("logging")
+    # logging's own types only: another package's handler (pytest's, which keeps every record of
+    # a test) stays skipped with its package
+    return (
+        logging is not None
+        and t.__module__.partition(".")[0] == "logging"
+        and issubclass(t, (logging.Logger, logging.Handler, logging.LogRecord))
+    )
