@@ -20,3 +20,8 @@ def family_name(holder: str) -> str | None:
     if not any(numbered):
         return None
     return ".".join(_NUMBER.sub("*", p) if n else p for p, n in zip(parts, numbered, strict=True))
+
+
+def is_family(holder: str) -> bool:
+    """Whether `holder` names a family (`family_name`'s ``*``), not one holder."""
+    return "*" in holder

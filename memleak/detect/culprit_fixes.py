@@ -3,6 +3,7 @@ its holder (a variable, a module attribute, a closure, a ctx, ...) keeps the ten
 
 from __future__ import annotations
 
+from ..holder_names import is_family
 from ..schema import Kind
 
 #: Said after a node count that is a lower bound (HolderRow.capped).
@@ -46,7 +47,7 @@ def culprit_fix(
             f"`ctx.save_for_backward(...)` and read `ctx.saved_tensors` in backward."
         )
     grad = " and `.detach()` them (they carry autograd graphs)" if has_grad else ""
-    if "*" in holder:  # a family of holders, one made per step (probes/holder_families.py)
+    if is_family(holder):  # holders made one per step, folded into one (probes/holder_families.py)
         return (
             f"a new `{holder}` is made every step or batch (its name takes a number each time: "
             f'`setattr(obj, f"name_{{i}}", ...)`, `d[f"key{{i}}"] = ...`) and none is ever dropped: reuse one '

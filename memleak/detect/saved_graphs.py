@@ -30,13 +30,13 @@ def saved_growth(saved: Sequence[SavedRecord]) -> dict | None:
     tr = sustained_rise(steps, totals, 1024, rel_rise=0.3) or sustained_rise(steps, counts, MIN_COUNT_RISE)
     if tr is None:
         return None
+    # what autograd still holds, by the site that saved it and by the step that saved it
     sites: dict[str, int] = defaultdict(int)
-    for c in saved[-1].cohorts:
-        sites[c.site] += c.bytes
-    top = sorted(sites.items(), key=lambda kv: -kv[1])
     born: dict[int, int] = defaultdict(int)
     for c in saved[-1].cohorts:
+        sites[c.site] += c.bytes
         born[c.born] += c.bytes
+    top = sorted(sites.items(), key=lambda kv: -kv[1])
     return {
         "trend": tr,
         "steps": steps,
