@@ -102,11 +102,56 @@ def object_array_slots(model, opt, n):
         preds[i] = _step(model, opt)[0].detach()
 
 
+def parameters_in_a_list(model, opt, n):
+    plist = []
+    for _ in range(n):
+        plist.append(nn.Parameter(_step(model, opt)[0].detach().clone()))  # not the model's
+
+
+def optimizer_per_step(model, opt, n):
+    opts = []
+    for _ in range(n):
+        _step(model, opt)
+        extra = torch.optim.Adam(model.parameters(), lr=1e-9)
+        extra.step()  # its moments for the model's parameters: memory of its own
+        opts.append(extra)
+
+
+class Node:
+    def __init__(self, value, prev):
+        self.value, self.prev = value, prev
+
+
+def linked_list(model, opt, n):
+    head = None
+    for _ in range(n):
+        head = Node(_step(model, opt)[0].detach(), head)  # each node links to the last
+
+
+def grad_fns_kept(model, opt, n):
+    fns = []
+    for _ in range(n):
+        fns.append((_step(model, opt)[0] * 2).sum().grad_fn)  # the graph, without its tensor
+
+
+def saved_in_memory(model, opt, n):
+    import io
+
+    blobs = []
+    for _ in range(n):
+        _step(model, opt)
+        buf = io.BytesIO()
+        torch.save(model.state_dict(), buf)  # a checkpoint in host memory: bytes, no tensor
+        blobs.append(buf)
+
+
 @pytest.mark.parametrize("loop, holder", [
     (dict_by_step, "outputs"), (list_in_defaultdict, "stats['loss']"), (list_of_dicts, "records"),
     (mutable_default, "remember._seen"), (growing_cat, "all_preds"), (running_sum, "loss_sum"),
     (tensors_as_dict_keys, "seen"), (helper_object_on_the_model, "stats.history"),
     (attribute_per_step, "1.act_*"), (head_per_task, "heads.task*."), (object_array_slots, "preds"),
+    (parameters_in_a_list, "plist"), (optimizer_per_step, "opts"), (linked_list, "head.value"),
+    (grad_fns_kept, "fns"), (saved_in_memory, "blobs"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()
@@ -147,3 +192,15 @@ def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
     top = tracker.report().suspects[0]
     assert top.location == "1.act_*"
     assert "made every step" in top.fix and "delattr" in top.fix, top.fix
+
+
+@pytest.mark.parametrize("loop, says", [
+    (linked_list, "`head` is a chain of objects"),
+    (optimizer_per_step, "keeps optimizers besides the tracked one"),
+])
+def test_chains_and_kept_optimizers_are_told_how_to_cut_them(loop, says):
+    model, opt = _model_and_optimizer()
+    with memleak.track(model, optimizer=opt) as tracker:
+        loop(model, opt, 40)
+    top = tracker.report().suspects[0]
+    assert says in top.fix, str(tracker.report())

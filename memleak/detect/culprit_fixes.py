@@ -106,36 +106,21 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"tensors every step: append a number (`loss.item()`) or a detached copy (`t.detach().cpu()`), "
             f"bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
         )
-    kept = _optimizer_fix(holder, hkind, grad) or _hook_fix(holder, hkind, grad) or jit_fix(holder, hkind)
+    kept = (
+        _optimizer_fix(holder, hkind, grad)
+        or _hook_fix(holder, hkind, grad)
+        or _chain_fix(holder, hkind, grad)
+        or _lifetime_fix(holder, hkind, grad)
+        or jit_fix(holder, hkind)
+    )
     if kept:
         return kept
-    if hkind == "lru_cache":
-        return (
-            f"`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
-            f"for as long as the function lives (a tensor argument is a new key on every call): cache detached "
-            f"values (`.detach()`) keyed on plain values (a length, a shape), give it a small `maxsize`, or "
-            f"call `{holder}.cache_clear()`{grad}."
-        )
     if "(...)" in holder:  # an iterator no variable names: a `for` loop's own (probes/referrers.py)
         return (
             f"`{holder}`, the iterator of a `for` loop, keeps what it has yielded: `itertools.cycle` saves every "
             f"item to replay it (a DataLoader makes new tensors for every batch) and `itertools.tee` keeps what "
             f"one copy has not read. Iterate the loader anew at each pass (`while True: for batch in loader: "
             f"...`), or call `iter(loader)` again on `StopIteration`{grad}."
-        )
-    if hkind == "finalizer":
-        return (
-            f"`{holder}` is kept by a `weakref.finalize` callback, which the finalizer registry keeps until the "
-            f"watched object dies: a callback that is a bound method of the object mapping what it watches (or "
-            f"takes it as an argument) keeps that object alive, so neither ever goes. Make the callback hold no "
-            f"reference to it (a plain function of an id, a `weakref` to the owner), or call the finalizer "
-            f"(`finalizer()` / `.detach()`) when done{grad}."
-        )
-    if hkind == "default_arg":
-        return (
-            f"`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
-            f"it stays alive for the life of the function. Default to `None` and create the container inside the "
-            f"function, or pass it in explicitly and clear it{grad}."
         )
     if hkind == "unreachable":
         return (
@@ -156,6 +141,46 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
     )
 
 
+def _lifetime_fix(holder: str, hkind: str, grad: str) -> str:
+    """The fix for a holder that lives as long as a function or a registry (an lru_cache, a
+    finalizer, a mutable default argument), else ''."""
+    if hkind == "lru_cache":
+        return (
+            f"`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
+            f"for as long as the function lives (a tensor argument is a new key on every call): cache detached "
+            f"values (`.detach()`) keyed on plain values (a length, a shape), give it a small `maxsize`, or "
+            f"call `{holder}.cache_clear()`{grad}."
+        )
+    if hkind == "finalizer":
+        return (
+            f"`{holder}` is kept by a `weakref.finalize` callback, which the finalizer registry keeps until the "
+            f"watched object dies: a callback that is a bound method of the object mapping what it watches (or "
+            f"takes it as an argument) keeps that object alive, so neither ever goes. Make the callback hold no "
+            f"reference to it (a plain function of an id, a `weakref` to the owner), or call the finalizer "
+            f"(`finalizer()` / `.detach()`) when done{grad}."
+        )
+    if hkind == "default_arg":
+        return (
+            f"`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
+            f"it stays alive for the life of the function. Default to `None` and create the container inside the "
+            f"function, or pass it in explicitly and clear it{grad}."
+        )
+    return ""
+
+
+def _chain_fix(holder: str, hkind: str, grad: str) -> str:
+    """The fix for what each link of a growing chain of objects keeps (a linked list), else ''."""
+    if hkind != "chain" or "." not in holder:
+        return ""
+    head, what = holder.rsplit(".", 1)
+    return (
+        f"`{head}` is a chain of objects, each linked to the one before it, that gains a link every step, "
+        f"and every link keeps its `{what}` alive: drop the link to old nodes (set it to `None`), keep a "
+        f"bounded history (`collections.deque(maxlen=...)`) instead of a chain, or store numbers or "
+        f"detached copies{grad}."
+    )
+
+
 def _optimizer_fix(holder: str, hkind: str, grad: str) -> str:
     """The fix for what an optimizer keeps besides the model's state, else ''."""
     if hkind == "optimizer_params":
@@ -165,6 +190,12 @@ def _optimizer_fix(holder: str, hkind: str, grad: str) -> str:
             f"parameter once, before the loop, instead of calling `add_param_group` on every step; or remove "
             f"the stale group (and its `optimizer.state` entries) when its parameters are replaced, or rebuild "
             f"the optimizer over the current parameters only."
+        )
+    if hkind == "optimizer_state":
+        return (
+            f"`{holder}` keeps optimizers besides the tracked one, each with its state for the model's "
+            f"parameters (Adam's exp_avg/exp_avg_sq: twice the parameters' size): build the optimizer once, "
+            f"before the loop, and keep no old ones (nor their `state_dict()`s) in a list."
         )
     if hkind == "optimizer_attr":
         return (

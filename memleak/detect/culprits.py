@@ -65,11 +65,15 @@ def detect(run: Run) -> list[Finding]:
 
 
 def _holder_kinds(holders: Sequence[HoldersRecord]) -> dict[str, str]:
-    """Holder kinds (module_attr, closure, ...), as the walk named them first."""
+    """Holder kinds (module_attr, closure, ...), as the walk named them first; a chain is one from
+    the walk that first met two links of it (a single node is an object like any other)."""
     hkinds: dict[str, str] = {}
     for r in holders:
         for row in r.holders:
-            hkinds.setdefault(row.holder, row.kind)
+            if row.kind == "chain":
+                hkinds[row.holder] = row.kind
+            else:
+                hkinds.setdefault(row.holder, row.kind)
     return hkinds
 
 

@@ -40,6 +40,7 @@ _WHERE = {
     "piled_hook": "the hook-captured",
     "optimizer_attr": "the optimizer attribute",
     "optimizer_params": "the optimizer's",
+    "optimizer_state": "the optimizers' state in",
     "jit": "TorchScript's compilation unit, filled by",
 }
 
@@ -151,8 +152,9 @@ def _holder_kind(hkind: str, chained: bool, saved_growing: bool, h: _HolderSerie
 def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, saved: bool, carried) -> None:
     """The entry for the growing holder `name`: its kind, fix, size and evidence."""
     has_grad = h.grad[-1] > 0
-    # the graph grows but not the count: each step's graph is built on the previous one
-    chained = h.node_trend is not None and h.count_trend is None
+    # the graph grows but not the count: each step's graph is built on the previous one (unless
+    # what grows is graphs kept without their tensors, `grad_fn`s side by side)
+    chained = h.node_trend is not None and h.count_trend is None and not _bare_graphs(h)
     saved_growing = saved and has_grad
     kind = _holder_kind(hkind, chained, saved_growing, h)
     steps, nbytes = h.steps, h.nbytes
@@ -241,6 +243,11 @@ def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> lis
     return []
 
 
+def _bare_graphs(h: _HolderSeries) -> bool:
+    """The holder keeps more and more autograd nodes and no tensor (``fns.append(loss.grad_fn)``)."""
+    return h.count[-1] == 0 and h.grad[-1] > h.grad[0]
+
+
 def _graph_evidence(name: str, h: _HolderSeries, chained: bool, has_grad: bool) -> list[str]:
     """How the autograd graph the holder reaches grew, or that its tensors carry graphs at all."""
     if h.node_trend:
@@ -249,7 +256,13 @@ def _graph_evidence(name: str, h: _HolderSeries, chained: bool, has_grad: bool) 
             f"the autograd graph reachable from {name} grows from {int(h.nodes[0])} to {int(max(h.node_values))} "
             f"nodes{capped} between steps {h.steps[0]} and {h.node_steps[-1]} "
             f"(+{h.node_trend['slope']:.1f} nodes per step): "
-            + ("each step's graph is chained to the previous one" if chained else "each held tensor keeps its graph")
+            + (
+                "each step's graph is chained to the previous one"
+                if chained
+                else f"it keeps {int(round(h.grad[-1]))} graphs by their nodes (grad_fn), each with what it saved"
+                if _bare_graphs(h)
+                else "each held tensor keeps its graph"
+            )
         ]
     if has_grad:
         return [f"{int(round(h.grad[-1]))} of its tensors carry a grad_fn (their autograd graphs stay alive)"]

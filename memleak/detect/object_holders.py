@@ -105,7 +105,7 @@ def _entry(
     items = (
         "traced TorchScript functions (their graphs are host memory, ~3 KiB a node)"
         if hkind == "jit"
-        else "Python objects (items of plain data: numbers, strings, lists or dicts of them; no tensor)"
+        else "Python objects (items of plain data: numbers, strings, bytes, lists or dicts of them; no tensor)"
     )
     f["evidence"].append(
         f"{what} holds {int(round(objects[-1]))} {items} of about {fmt_bytes(nbytes[-1])} at step {steps[-1]}, "

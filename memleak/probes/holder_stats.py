@@ -109,8 +109,6 @@ class HolderTally:
         self.graph_cap = graph_cap
         self.holders: dict[str, HolderStats] = {}
         self.tensor_holder: dict[int, str] = {}
-        #: parameters of modules outside the tracked model (kept in a plain list, a dict): counted
-        self.foreign_params: set[int] = set()
         #: tensors whose memory a numpy array or memoryview shares (``t.numpy()``), by id
         self.array_bases: set[int] = set()
 
@@ -156,7 +154,7 @@ class HolderTally:
         return st
 
     def _tensor(self, t: torch.Tensor, holder: str, kind: str, weight: float, note: str) -> None:
-        if id(t) in self.exclude or (isinstance(t, torch.nn.Parameter) and id(t) not in self.foreign_params):
+        if id(t) in self.exclude:  # the model's own (a parameter that is not is counted where it is kept)
             return
         key, nb = tensor_nbytes(t)
         st = self._held(t, key, nb, holder, kind, weight, note)
@@ -172,6 +170,17 @@ class HolderTally:
             if len(st._grad_fns) < 64:
                 st._grad_fns.append(gf)
                 st._out_nrs.append(t.output_nr)
+
+    def _graph_node(self, fn: Any, holder: str, kind: str, weight: float, note: str) -> None:
+        """An autograd node kept by itself (``fns.append(loss.grad_fn)``): the graph it starts
+        keeps every tensor saved for its backward, counted as a tensor's graph is."""
+        st = self._stats(holder, kind)
+        if note and not st.note:
+            st.note = note
+        st.n_grad += weight
+        if len(st._grad_fns) < 64:
+            st._grad_fns.append(fn)
+            st._out_nrs.append(0)
 
     def _array(self, a: Any, holder: str, kind: str, weight: float, note: str) -> None:
         """A numpy array with memory of its own: counted, with its bytes and age, as a tensor is

@@ -104,7 +104,7 @@ def holders_record(walk: Walk, step: int, walk_seconds: float, scope: str = "") 
     """The ``holders`` record of a walk: its largest holders first, the largest with the user's
     line that stores into them. `scope`: "model" for a walk of the model tree only."""
     # holders of tensors, and of plain Python data (pydata) big enough to matter
-    kept = [h for h in walk.holders.values() if h.count > 0 or h.obj_bytes >= _MIN_DATA_BYTES]
+    kept = [h for h in walk.holders.values() if h.count > 0 or h.nodes > 0 or h.obj_bytes >= _MIN_DATA_BYTES]
     holders = sorted(kept, key=lambda s: -(s.nbytes + s.obj_bytes))[:60]
     rows = [
         h.row(stored=(find_store(h.holder, walk.regions) or "") if i < _STORES_LOOKED_UP else "")

@@ -68,17 +68,15 @@ def stale_params(opt: Any, exclude: set[int]) -> list[torch.Tensor]:
     return out
 
 
-def optimizer_held(opt: Any, exclude: set[int], foreign: set[int]) -> Iterator[tuple[str, Any, str, str]]:
+def optimizer_held(opt: Any, exclude: set[int]) -> Iterator[tuple[str, Any, str, str]]:
     """(attribute, value, holder kind, why) for what the walk counts under an optimizer: its extra
-    attributes, and (as ``param_groups``) the parameters it keeps that are not the model's. Their
-    ids are added to `foreign` (a parameter is counted only where it is foreign)."""
+    attributes, and (as ``param_groups``) the parameters it keeps that are not the model's."""
     name = type(opt).__name__
     why = f"an attribute {name} keeps besides its state (the model's parameters and their state are not counted)"
     for k, v in reach.optimizer_items(opt):
         yield k, v, "optimizer_attr", why
     stale = stale_params(opt, exclude)
     if stale:
-        foreign.update(id(t) for t in stale if isinstance(t, torch.nn.Parameter))
         yield (
             "param_groups",
             stale,
@@ -86,3 +84,26 @@ def optimizer_held(opt: Any, exclude: set[int], foreign: set[int]) -> Iterator[t
             f"parameters {name} keeps in its param_groups that are not the model's (tracked without a "
             "model: that it gained after tracking started), with their gradients and its state for them",
         )
+    extra = foreign_state(opt, exclude)
+    if extra:
+        yield (
+            "state",
+            extra,
+            "optimizer_state",
+            f"state a second {name} keeps for the model's parameters (moments, buffers): an optimizer "
+            "other than the tracked one, kept alive",
+        )
+
+
+def foreign_state(opt: Any, exclude: set[int]) -> list[torch.Tensor]:
+    """The state tensors `opt` keeps for the model's parameters that are not owned: `opt` is not
+    the tracked optimizer (one built again and kept, a copy), and what it keeps is memory."""
+    out: list[torch.Tensor] = []
+    state = getattr(opt, "state", None) or {}
+    for group in getattr(opt, "param_groups", None) or ():
+        for p in group.get("params", ()):
+            if isinstance(p, torch.Tensor) and id(p) in exclude:
+                out.extend(t for t in state_tensors(state, p) if id(t) not in exclude)
+                if len(out) >= _MAX_LISTED:
+                    return out
+    return out

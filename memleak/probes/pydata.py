@@ -9,7 +9,9 @@ since plain data can hold no tensor.
 
 from __future__ import annotations
 
+import array
 import collections
+import io
 import itertools
 import sys
 from typing import Any
@@ -21,7 +23,9 @@ ITEM_BUDGET = 100
 #: Of a long container inside an item, the items sized (the rest scaled from them).
 INNER = 8
 _CONTAINERS = (list, tuple, set, frozenset, collections.deque, dict)
-_LEAVES = (float, complex, str, bytes, bytearray)
+#: Scalars, and buffers whose sys.getsizeof counts their contents (a BytesIO kept per step: a
+#: ``torch.save`` into memory; not a StringIO, whose size leaves out its text)
+_LEAVES = (float, complex, str, bytes, bytearray, io.BytesIO, array.array)
 
 
 def _leaf_size(obj) -> int:

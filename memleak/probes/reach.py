@@ -18,6 +18,7 @@ Read-only; nothing here keeps a reference after it returns.
 from __future__ import annotations
 
 import collections
+import gc
 import sys
 import types
 from collections.abc import Iterator
@@ -100,6 +101,22 @@ def frame_note(frame: Any, innermost: bool) -> str:
     if innermost:
         return f"a local variable of {q}(), the function that ended the step"
     return f"a local variable of {q}(), a caller that is still running"
+
+
+def lru_cache_items(fn: Any) -> list:
+    """What a `functools.lru_cache` keeps for the life of its function: each key and result. The
+    cache is a C field: only the garbage collector's referents reach it."""
+    refs = gc.get_referents(fn)
+    own = getattr(fn, "__dict__", None)
+    cache = next((r for r in refs if type(r) is dict and r is not own), None)
+    if not cache:
+        return []
+    if type(next(iter(cache.values()))).__name__ == "_lru_list_elem":
+        # a bounded cache: the links of its C list hold the keys and results, and the
+        # wrapper's referents list them (the links' own referents are empty)
+        skip = {id(cache), id(own), id(getattr(fn, "__wrapped__", None))}
+        return [r for r in refs if id(r) not in skip and type(r) not in (type, object)]
+    return [x for key_and_result in cache.items() for x in key_and_result]
 
 
 def optimizer_items(opt: Any) -> Iterator[tuple[str, Any]]:

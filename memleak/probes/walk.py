@@ -8,7 +8,6 @@ Split from `holders`, which picks the roots (`holders.walk_roots`) and runs the 
 from __future__ import annotations
 
 import collections
-import gc
 import itertools
 import types
 import weakref
@@ -148,6 +147,10 @@ class Walk(HolderTally):
             # a DataFrame or Series: its columns are arrays (an object column keeps its items)
             for arr in obj._mgr.arrays:
                 self.push(arr, path + "[...]", holder or path, kind, weight, note)
+        elif isinstance(obj, torch.autograd.graph.Node):  # a graph kept without its tensor (a grad_fn)
+            self._graph_node(obj, holder or path, kind, weight, note)
+            if opened_inside(t):  # a custom Function's ctx: what it stores as attributes
+                self._attrs(obj, path, holder, kind, weight, note)
         elif isinstance(obj, _OPAQUE) or top_package(t) in SKIP_PACKAGES:
             if kind == "hook" or opened_inside(t):
                 # a hook object and what it keeps (a pruning mask), an autograd ctx, a DataLoader...
@@ -183,26 +186,14 @@ class Walk(HolderTally):
             self._sequence(obj.ravel(), path, holder or path, kind, weight, note)
 
     def _lru_cache(self, fn, path, holder, weight, note) -> None:
-        """What a `functools.lru_cache` keeps for the life of its function: each key and result.
-        The cache is a C field: only the garbage collector's referents reach it."""
-        refs = gc.get_referents(fn)
-        own = getattr(fn, "__dict__", None)
-        cache = next((r for r in refs if type(r) is dict and r is not own), None)
-        if not cache:
-            return
-        why = note or f"kept by the functools.lru_cache of {fn_name(fn)}(): each result, as long as the function lives"
-        if type(next(iter(cache.values()))).__name__ == "_lru_list_elem":
-            # a bounded cache: the links of its C list hold the keys and results, and the
-            # wrapper's referents list them (the links' own referents are empty)
-            skip = {id(cache), id(own), id(getattr(fn, "__wrapped__", None))}
-            kept = [r for r in refs if id(r) not in skip and type(r) not in (type, object)]
-        else:
-            kept = [x for key_and_result in cache.items() for x in key_and_result]
-        self._sequence(kept, path, holder or path, "lru_cache", weight, why)
+        kept = reach.lru_cache_items(fn)
+        if kept:
+            why = f"kept by the functools.lru_cache of {fn_name(fn)}(): each result, as long as the function lives"
+            self._sequence(kept, path, holder or path, "lru_cache", weight, note or why)
 
     def _optimizer(self, obj, path, holder, weight, note) -> None:
         """Its own extra lists, the parameters it keeps that are not the model's, and its hooks."""
-        for k, v, hkind, why in optimizer_held(obj, self.exclude, self.foreign_params):
+        for k, v, hkind, why in optimizer_held(obj, self.exclude):
             self.push(v, f"{path}.{k}", child_holder(holder, path, k), hkind, weight, why)
         for fn in reach.optimizer_hooks(obj):
             self._function(fn, f"a hook registered on {path}", None, "closure", weight, note)
@@ -254,8 +245,14 @@ class Walk(HolderTally):
     def _attrs(self, obj, path, holder, kind, weight, note) -> None:
         d = getattr(obj, "__dict__", None)
         if isinstance(d, dict):
+            link = next((k for k, v in d.items() if type(v) is type(obj)), None)
+            if link is not None:  # a node of a chain (a linked list's .prev, a tree's .parent)
+                kind, note = "chain", note or f"kept along a chain of {type(obj).__name__} objects linked by .{link}"
             for k, v in d.items():
                 if isinstance(v, SCALARS) or (k.startswith("__") and k.endswith("__")):
+                    continue
+                if k == link:  # the next node: its attributes count under this one's names
+                    self.push(v, path, holder, kind, weight, note)
                     continue
                 self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
         slots = getattr(type(obj), "__slots__", ())
@@ -351,7 +348,6 @@ class Walk(HolderTally):
             # parameters are tensors what holds it keeps, not the model's
             for k, prm in d.get("_parameters", {}).items():
                 if prm is not None:
-                    self.foreign_params.add(id(prm))
                     p, h = f"{path}.{k}" if path else k, child_holder(holder, path, k)
                     self.push(prm, p, h, kind, weight, note)
                     if prm.grad is not None:  # its gradient is kept with it
