@@ -39,6 +39,7 @@ and with a read every step (workers_budget=1), paired per round.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import os
@@ -85,25 +86,42 @@ class TorchMemTracker:
         self.mt.__exit__(None, None, None)
 
 
-BATCH = 8
+@dataclasses.dataclass(frozen=True)
+class LoopSize:
+    """The benchmark loop's transformer and batches."""
+
+    vocab: int = 256
+    d: int = 64
+    layers: int = 4
+    heads: int = 4
+    seq: int = 32
+    batch: int = 8
 
 
-class SmallTransformer(nn.Module):
-    def __init__(self, vocab=256, d=64, layers=2, heads=4):
+#: The issue's loop: a 4-layer transformer, batches of 8, 20-30 ms a step on one CPU thread.
+SMALL = LoopSize()
+#: A GPU's loop: 6 layers of width 512 over 256 tokens; its batch is sized by measuring to take
+#: --target-ms a step (the small loop takes a few ms on a GPU, all of it launching kernels).
+GPU = LoopSize(vocab=8192, d=512, layers=6, heads=8, seq=256, batch=16)
+SIZES = {"small": SMALL, "gpu": GPU}
+
+
+class Transformer(nn.Module):
+    def __init__(self, size: LoopSize):
         super().__init__()
-        self.embed = nn.Embedding(vocab, d)
-        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(d, vocab)
+        self.embed = nn.Embedding(size.vocab, size.d)
+        layer = nn.TransformerEncoderLayer(size.d, size.heads, 4 * size.d, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, size.layers, enable_nested_tensor=False)
+        self.head = nn.Linear(size.d, size.vocab)
 
     def forward(self, tokens):
         return self.head(self.encoder(self.embed(tokens)))
 
 
-def make(device, d=64, layers=4):
-    """The issue's loop: a 4-layer transformer, batches of BATCH, ~26-28 ms a step on one CPU thread."""
+def make(device, size: LoopSize = SMALL):
+    """The loop's model and optimizer, the same in every process (seeded)."""
     torch.manual_seed(0)
-    model = SmallTransformer(d=d, layers=layers).to(device)
+    model = Transformer(size).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     return model, opt
 
@@ -111,24 +129,37 @@ def make(device, d=64, layers=4):
 def train_step(model, opt, tokens):
     """One step of the loop: next-token cross-entropy, backward, AdamW, the loss read."""
     logits = model(tokens[:, :-1])
-    loss = nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
+    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
     loss.item()
 
 
-def loop_data(device):
+def loop_data(device, size: LoopSize = SMALL):
     """The loop's 8 batches (the same in every loop and process) and how to wait for `device`."""
     g = torch.Generator().manual_seed(1)
-    data = [torch.randint(0, 256, (BATCH, 33), generator=g).to(device) for _ in range(8)]
+    data = [torch.randint(0, size.vocab, (size.batch, size.seq + 1), generator=g).to(device) for _ in range(8)]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     return data, sync
 
 
-def block(model, opt, device, steps, level, out=None):
+def sized_to(device, size: LoopSize, target_ms: float) -> LoopSize:
+    """`size` with the batch whose untracked step takes about `target_ms` on `device`."""
+    model, opt = make(device, size)
+    for _ in range(6):
+        block(model, opt, device, 5, None, size=size)  # warm-up at this batch
+        ms = block(model, opt, device, 20, None, size=size)[0] / 20 * 1e3
+        batch = max(1, min(1024, round(size.batch * target_ms / ms)))
+        if abs(batch - size.batch) <= max(1, 0.05 * size.batch):
+            break
+        size = dataclasses.replace(size, batch=batch)
+    return size
+
+
+def block(model, opt, device, steps, level, out=None, size: LoopSize = SMALL):
     """(wall seconds, CPU seconds) of the whole loop: tracker start, `steps` steps, close."""
-    data, sync = loop_data(device)
+    data, sync = loop_data(device, size)
     sync()
     t0, c0 = time.perf_counter(), time.process_time()
     if level == REFERENCE:
@@ -152,20 +183,20 @@ def block(model, opt, device, steps, level, out=None):
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def measure(device, reps, steps, levels, out):
+def measure(device, reps, steps, levels, out, size: LoopSize = SMALL):
     """Per level, the per-round ratios (wall, CPU) of its block over the untracked block; and
     the untracked block's median (wall, CPU) per step."""
-    model, opt = make(device)
+    model, opt = make(device, size)
     measured = (None, *levels)
     for lvl in measured:  # warm the process up (first-use imports, caches)
-        block(model, opt, device, 20, lvl, out)
+        block(model, opt, device, 20, lvl, out, size)
     wall = {lvl: [] for lvl in measured}
     cpu = {lvl: [] for lvl in measured}
     for _ in range(reps):
         order = list(measured)
         random.shuffle(order)
         for lvl in order:
-            w, c = block(model, opt, device, steps, lvl, out)
+            w, c = block(model, opt, device, steps, lvl, out, size)
             wall[lvl].append(w)
             cpu[lvl].append(c)
     # Paired ratios: each round's tracked block over the same round's untracked block. Slow
@@ -448,11 +479,17 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="cpu, cuda, or both when CUDA is available (default)")
     ap.add_argument("--reference-only", action="store_true", help="measure only torch's MemTracker")
     ap.add_argument("--no-reference", action="store_true", help="skip torch's MemTracker")
+    ap.add_argument("--reference-reps", type=int, default=3, help="rounds of torch's MemTracker (default: 3)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (1 keeps timings stable on a shared machine)")
     ap.add_argument("--method", choices=("turns", "blocks"), default=None,
                     help="turns: tracked and untracked loops step by step in turns (default on CPU); "
                          "blocks: whole loops one after the other (default on CUDA)")
+    ap.add_argument("--size", choices=tuple(SIZES), default=None,
+                    help="the loop: small (the CPU's, the default there) or gpu (the default on CUDA)")
+    ap.add_argument("--target-ms", type=float, default=10.0,
+                    help="for --size gpu: the untracked step time its batch is sized to (default: %(default)s)")
+    ap.add_argument("--batch", type=int, default=None, help="the batch size (no sizing by measuring)")
     ap.add_argument("--workers", type=int, default=0,
                     help="measure reading DataLoader workers' memory instead, with this many workers")
     args = ap.parse_args(argv)
@@ -469,24 +506,34 @@ def main(argv=None) -> int:
     logging.getLogger("memleak").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"  # a run file, as a real run writes one
-        if args.reference_only:
-            device = torch.device(devices[0])
-            base, ratios = measure(device, reps[0], args.steps[0], (REFERENCE,), out)
-            report(devices[0], args.steps[0], reps[0], base, ratios)
-            return 0
         for dev in devices:
             device = torch.device(dev)
+            size = SIZES[args.size or ("small" if dev == "cpu" else "gpu")]
+            if args.batch:
+                size = dataclasses.replace(size, batch=args.batch)
+            elif size is not SMALL:
+                size = sized_to(device, size, args.target_ms)
+            print(f"{dev}: {size}")
+            if args.reference_only:
+                base, ratios = measure(device, reps[0], args.steps[0], (REFERENCE,), out, size)
+                report(dev, args.steps[0], reps[0], base, ratios)
+                continue
             method = args.method or ("turns" if dev == "cpu" else "blocks")
             for steps, n in zip(args.steps, reps, strict=True):
                 if method == "turns":
+                    if size != SMALL:
+                        ap.error("--method turns runs the small loop only")
                     base_step, per_round = measure_turns(device, n, steps, tuple(args.levels), out)
                     report_turns(dev, steps, n, base_step, per_round)
                 else:
-                    base, ratios = measure(device, n, steps, tuple(args.levels), out)
+                    base, ratios = measure(device, n, steps, tuple(args.levels), out, size)
                     report(dev, steps, n, base, ratios)
             if not args.no_reference:
-                subprocess.run([sys.executable, __file__, "--reference-only", "--device", dev, "--reps", "3",
-                                "--steps", str(args.steps[0]), "--threads", str(args.threads)], check=False)
+                subprocess.run([sys.executable, __file__, "--reference-only", "--device", dev,
+                                "--reps", str(args.reference_reps),
+                                "--steps", str(args.steps[0]), "--threads", str(args.threads),
+                                "--size", args.size or ("small" if dev == "cpu" else "gpu"),
+                                "--batch", str(size.batch)], check=False)
     return 0
 
 
