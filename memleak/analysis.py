@@ -42,7 +42,7 @@ def _analyze_run(run: Run) -> Report:
     growth = analyze_growth(run)
     findings, problems = run_detectors(run)
     findings = confirm_after_sampling(run, findings)
-    suspects = rank(findings, measured_bps=growth.slope if growth is not None else 0.0)
+    suspects = rank(findings, measured_bps=growth.slope if growth is not None else 0.0, host_bps=_host_slope(run))
     growth = _growth_shown(run, growth, findings, suspects)
     return Report(
         run=run,
@@ -52,6 +52,16 @@ def _analyze_run(run: Run) -> Report:
         growth=growth,
         problems=[*run.problems, *problems],
     )
+
+
+def _host_slope(run: Run) -> float | None:
+    """Host memory's slope (the C heap, else RSS) on a device run, where the primary series is the
+    device's; None on a host run, whose primary series is host memory already."""
+    host = run.host_column()
+    if host is None or host == run.memory_column():
+        return None
+    g = analyze_growth(run, host)
+    return None if g is None else g.slope
 
 
 def _growth_shown(run: Run, growth, findings: list[Finding], suspects) -> Any:

@@ -56,15 +56,20 @@ def score(s: Suspect) -> tuple:
     return (s.leak, s.leak and s.kind in CULPRITS, s.confidence * SPECIFICITY.get(s.kind, 0.5), s.total_bytes)
 
 
-def rank(findings: list[Finding], measured_bps: float = 0.0) -> list[Suspect]:
+def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | None = None) -> list[Suspect]:
     """Suspects, most likely culprit first: leaks before other findings, named culprits before generic
     growth, then by specificity-weighted confidence, then by bytes. Growth that the culprits explain is
     no suspect of its own: it becomes the top culprit's evidence; a finding marked `note` none at all.
     `measured_bps`: the memory series' own slope, leak or not, which the held tensors' bytes are
-    compared with to tell a retained graph from surviving tensors."""
+    compared with to tell a retained graph from surviving tensors; `host_bps`: the host series' slope
+    on a device run (what a holder in host memory is compared with; `measured_bps` when None)."""
     groups: OrderedDict[str, list[Finding]] = OrderedDict()
-    for f in (_unconfirmed(f, measured_bps) for f in findings if not f.note):
-        groups.setdefault(f.location, []).append(f)
+    host = measured_bps if host_bps is None else host_bps
+    for f in findings:
+        if f.note:
+            continue
+        in_host = isinstance(f.data, dict) and f.data.get("host")
+        groups.setdefault(f.location, []).append(_unconfirmed(f, host if in_host else measured_bps))
     ranked = sorted((merge(g) for g in groups.values()), key=score, reverse=True)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:

@@ -116,10 +116,26 @@ def test_nvml_is_read_on_a_time_budget(monkeypatch):
         clock.now += 0.015  # a 15 ms step
         rows.append(probe.sample(step, 0.015))
     probe.stop()
-    read = [i for i, r in enumerate(rows) if r]
+    read = [i for i, r in enumerate(rows) if r["nvml_device_used_bytes"] is not None]
     assert read[0] == 0 and rows[0] == {"nvml_device_used_bytes": 3 << 30, "nvml_process_bytes": 1 << 30}
     assert 30 <= len(read) <= 60, len(read)  # 0.4 ms of each 15 ms step is 2.7 %: about one step in 5
     assert calls.count("processes") == len(read)
+    # a step not read says so (null), not "unchanged": the run file would carry the last reading on
+    assert rows[1] == {"nvml_device_used_bytes": None, "nvml_process_bytes": None}
+
+
+def test_a_step_without_an_nvml_read_reads_back_as_missing_not_as_the_last_reading(tmp_path):
+    from memleak.io.writer import RunWriter
+
+    writer = RunWriter(tmp_path / "run.jsonl")
+    writer.header({"device": "cuda:0", "level": "counters"})
+    used = {0: 1 << 30, 3: 2 << 30}  # NVML read at steps 0 and 3 only (its time budget)
+    for step in range(5):
+        writer.step({"step": step, "reserved_bytes": (step + 1) << 20, "nvml_process_bytes": used.get(step)})
+    writer.close()
+    col = memleak.load(tmp_path / "run.jsonl").steps["nvml_process_bytes"].tolist()
+    assert col[0] == 1 << 30 and col[3] == 2 << 30
+    assert all(np.isnan(col[i]) for i in (1, 2, 4)), col
 
 
 def test_the_device_total_comes_from_the_header_when_steps_do_not_carry_it():

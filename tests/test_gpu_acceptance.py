@@ -310,6 +310,25 @@ def test_the_allocator_comparison_names_the_column_and_step_that_differ(tmp_path
     assert checks.items[checks.failed[0]]["mismatched_steps"] == [3]
 
 
+def test_the_nvml_gap_is_taken_at_the_steps_nvml_was_read():
+    import types
+
+    import pandas as pd
+
+    from benchmarks.acceptance.allocator import nvml_gap
+
+    # NVML is read on a time budget: the steps between reads are null (an H200 run crashed on them)
+    nvml = [1000 * MiB, None, None, 1004 * MiB, None, 1008 * MiB]
+    steps = pd.DataFrame({"nvml_process_bytes": [np.nan if v is None else v for v in nvml],
+                          "reserved_bytes": [200 * MiB + i * 2 * MiB for i in range(6)]})
+    runs = {"clean": types.SimpleNamespace(steps=steps)}
+    gap = nvml_gap(object(), None, 500 * MiB, runs)
+    assert gap["available"] and gap["gap_end_bytes"] == 1008 * MiB - 210 * MiB
+    assert gap["kernels_and_library_handles_bytes"] == 298 * MiB
+    steps["nvml_process_bytes"] = np.nan
+    assert not nvml_gap(object(), None, 500 * MiB, runs)["available"]
+
+
 def test_the_fragmentation_checks_read_the_workers_results():
     from benchmarks.acceptance.fragmentation import _check_growing, _check_split
     from benchmarks.acceptance.harness import Checks

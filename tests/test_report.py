@@ -139,6 +139,18 @@ def test_one_fresh_tensor_whose_size_rose_is_a_leak_only_when_it_rose_every_time
     assert rank([more], measured_bps=100)[0].leak  # more tensors held, or old ones: no confirmation needed
 
 
+def test_a_growing_holder_in_host_memory_on_a_device_run_is_confirmed_by_the_host_series():
+    # `all_logits = np.append(all_logits, out)` on a GPU run: one fresh numpy array a step, in host
+    # memory, growing at every sample; the device's allocator stays flat (an H200 run called it clean)
+    held = Finding(detector="culprits", kind=Kind.SURVIVING_TENSORS, location="all_logits", bytes_per_step=65536,
+                   total_bytes=2 << 20, confidence=0.95, evidence=("grows",), fix="keep numbers",
+                   data={"bytes_only": True, "host": True, "bytes": [1, 2, 3, 4, 5, 6]})
+    assert rank([held], measured_bps=0.0, host_bps=66000)[0].leak
+    assert not rank([held], measured_bps=0.0, host_bps=100)[0].leak  # host memory flat: sizes that vary
+    on_device = Finding(**{**held.__dict__, "data": {**held.data, "host": False}})
+    assert not rank([on_device], measured_bps=0.0, host_bps=66000)[0].leak  # the device's own series decides
+
+
 def test_a_retained_graph_headline_says_what_its_graphs_grow_memory_by_beyond_its_tensors():
     from dataclasses import replace
 

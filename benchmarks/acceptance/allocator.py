@@ -147,7 +147,10 @@ def nvml_gap(nvml: Nvml | None, dev, context_bytes: int | None, runs: dict) -> d
     steps = runs["clean"].steps
     if nvml is None or context_bytes is None or "nvml_process_bytes" not in steps:
         return {"available": False, "why": "NVML lists no pid of this process (a container hides host pids)"}
-    gap = (steps["nvml_process_bytes"] - steps["reserved_bytes"]).astype(float)
+    # the steps NVML was read at (its time budget leaves the others null)
+    gap = (steps["nvml_process_bytes"] - steps["reserved_bytes"]).astype(float).dropna()
+    if gap.empty:
+        return {"available": False, "why": "NVML was read at no step"}
     late = gap.iloc[len(gap) // 3 :]
     return {
         "available": True,

@@ -188,6 +188,8 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             "carried": name in carried,
             # one fresh tensor a step whose size alone rose: a leak only if memory rises with it
             "bytes_only": not (h.count_trend or h.node_trend) and h.old[-1] == 0,
+            # held in host memory on a device run (numpy arrays, CPU copies): the host series shows it
+            "host": h.last.host_bytes >= 0.5 * h.last.bytes > 0,
         },
     )
     if h.node_trend:  # the rate the evidence gives, for the plots (the series runs past the walk's cap)

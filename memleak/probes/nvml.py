@@ -4,8 +4,9 @@
 NVML's calls go through the driver and are slow next to a short training step (listing the
 device's processes most of all), and what they show changes slowly: they are read on a time
 budget (``nvml_budget=``, a share of the run's time, 0.5 % by default); a step without a read
-writes null. On an H100 a step of 15.7 ms ran 1.14x slower at level counters while NVML and
-the driver's free memory were read every step."""
+writes null (the run file carries a value left out forward, as unchanged: a stale reading
+would pair with a newer reserve and make up a gap). On an H100 a step of 15.7 ms ran 1.14x slower
+at level counters while NVML and the driver's free memory were read every step."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class NvmlProbe(Probe):
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(ctx.device.index)
         self.pid = os.getpid()
         self.process_seen = True
+        self.columns: tuple[str, ...] = ()  # what the last read gave: null on the steps not read
         self.reads = TimeBudget(float(ctx.options.get("nvml_budget", 0.005)))
         self.reads.start()
         return {
@@ -50,7 +52,11 @@ class NvmlProbe(Probe):
         }
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
-        return self.reads.timed(lambda: self._read(step)) if self.reads.due() else {}
+        if not self.reads.due():
+            return dict.fromkeys(self.columns)
+        values = self.reads.timed(lambda: self._read(step))
+        self.columns = tuple(values)
+        return values
 
     def _read(self, step: int) -> dict[str, Any]:
         info = self.nvml.nvmlDeviceGetMemoryInfo(self.handle)

@@ -19,17 +19,18 @@ EXPECTED = {"verdict": "leak", "kind": "surviving_tensors", "location": "cache",
 
 class CroppedSignals(Dataset):
     def __init__(self, n: int = 4096, length: int = DIM + 16):
-        g = torch.Generator().manual_seed(66)
-        self.signals = torch.randn(n, length, generator=g)
-        self.labels = torch.randint(0, 4, (n,), generator=g)
-        self.rng = torch.Generator().manual_seed(67)
+        # a Dataset's tensors are host tensors, also when the loop trains on a GPU
+        g = torch.Generator("cpu").manual_seed(66)
+        self.signals = torch.randn(n, length, generator=g, device="cpu")
+        self.labels = torch.randint(0, 4, (n,), generator=g, device="cpu")
+        self.rng = torch.Generator("cpu").manual_seed(67)
         self.cache = {}
 
     def __len__(self):
         return len(self.signals)
 
     def __getitem__(self, i):
-        off = int(torch.randint(0, 16, (1,), generator=self.rng))
+        off = int(torch.randint(0, 16, (1,), generator=self.rng, device="cpu"))
         key = (i, off)
         if key not in self.cache:  # the leak: a random key is (almost) never seen again
             self.cache[key] = (self.signals[i, off:off + DIM] * 1.5).clone()
@@ -40,7 +41,11 @@ def run(tracker_factory, steps=30):
     seed(66)
     model = MLP()
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    loader = DataLoader(CroppedSignals(), batch_size=64, shuffle=True, num_workers=0)
+    dev = torch.get_default_device()
+    data = CroppedSignals()
+    # shuffled on the host: RandomSampler's randperm would follow a GPU default device
+    order = torch.randperm(len(data), generator=torch.Generator("cpu").manual_seed(66), device="cpu").tolist()
+    loader = DataLoader(data, batch_size=64, sampler=order, num_workers=0)
     batches = iter(loader)
     with tracker_factory(model, optimizer=opt) as tracker:
         for step in range(steps):
@@ -48,6 +53,7 @@ def run(tracker_factory, steps=30):
             if x is None:  # an epoch ended: the next one (the cache stays)
                 batches = iter(loader)
                 x, y = next(batches)
+            x, y = x.to(dev), y.to(dev)
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()

@@ -31,6 +31,6 @@ def run(tracker_factory, steps=30):
             opt.zero_grad()
             loss.backward()
             opt.step()
-            out = logits.detach().numpy()
+            out = logits.detach().cpu().numpy()  # shares the tensor's memory on a CPU run
             all_logits = out.copy() if all_logits is None else np.append(all_logits, out, axis=0)  # the leak
             tracker.step()

@@ -15,11 +15,12 @@ from torch import nn
 from ._common import DIM, MLP, seed
 
 
-def load_batch(i, n=128):
-    g = torch.Generator().manual_seed(1000 + i)
-    x = torch.randn(n, DIM, generator=g)
-    y = torch.randint(0, 8, (n,), generator=g)
-    return x.to(torch.get_default_device()), y.to(torch.get_default_device())
+def load_batch(i, device, n=128):
+    # the default device is the calling thread's (torch.device(...) is a thread-local mode): passed in
+    g = torch.Generator("cpu").manual_seed(1000 + i)
+    x = torch.randn(n, DIM, generator=g, device="cpu")
+    y = torch.randint(0, 8, (n,), generator=g, device="cpu")
+    return x.to(device), y.to(device)
 
 
 def run(tracker_factory, steps=30):
@@ -27,11 +28,12 @@ def run(tracker_factory, steps=30):
     model = MLP(hidden=128, d_out=8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     pool = ThreadPoolExecutor(max_workers=1)
-    futures = [pool.submit(load_batch, 0)]
+    dev = torch.get_default_device()
+    futures = [pool.submit(load_batch, 0, dev)]
     try:
         with tracker_factory(model, optimizer=opt) as tracker:
             for step in range(steps):
-                futures.append(pool.submit(load_batch, step + 1))  # the leak: never trimmed
+                futures.append(pool.submit(load_batch, step + 1, dev))  # the leak: never trimmed
                 x, y = futures[step].result()
                 loss = nn.functional.cross_entropy(model(x), y)
                 opt.zero_grad()
