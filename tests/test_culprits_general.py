@@ -204,3 +204,14 @@ def test_chains_and_kept_optimizers_are_told_how_to_cut_them(loop, says):
         loop(model, opt, 40)
     top = tracker.report().suspects[0]
     assert says in top.fix, str(tracker.report())
+
+
+@pytest.mark.parametrize("hkind, says", [
+    ("lru_cache", "`embed.cache_clear()`"), ("finalizer", "weakref.finalize"), ("default_arg", "Default to `None`"),
+])
+def test_holders_that_live_as_long_as_a_function_get_the_fix_of_their_kind(hkind, says):
+    from memleak.detect.culprit_fixes import culprit_fix
+    from memleak.schema import Kind
+
+    fix = culprit_fix(Kind.SURVIVING_TENSORS, "embed", hkind, chained=False, has_grad=False, saved_growing=False)
+    assert fix.startswith("`embed`") and says in fix and "{" not in fix, fix

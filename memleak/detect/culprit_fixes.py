@@ -141,31 +141,34 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
     )
 
 
+#: Fixes for holders that live as long as a function or a registry, by holder kind ({holder}, {grad}).
+_LIFETIME_FIXES = {
+    "lru_cache": (
+        "`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
+        "for as long as the function lives (a tensor argument is a new key on every call): cache detached "
+        "values (`.detach()`) keyed on plain values (a length, a shape), give it a small `maxsize`, or "
+        "call `{holder}.cache_clear()`{grad}."
+    ),
+    "finalizer": (
+        "`{holder}` is kept by a `weakref.finalize` callback, which the finalizer registry keeps until the "
+        "watched object dies: a callback that is a bound method of the object mapping what it watches (or "
+        "takes it as an argument) keeps that object alive, so neither ever goes. Make the callback hold no "
+        "reference to it (a plain function of an id, a `weakref` to the owner), or call the finalizer "
+        "(`finalizer()` / `.detach()`) when done{grad}."
+    ),
+    "default_arg": (
+        "`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
+        "it stays alive for the life of the function. Default to `None` and create the container inside the "
+        "function, or pass it in explicitly and clear it{grad}."
+    ),
+}
+
+
 def _lifetime_fix(holder: str, hkind: str, grad: str) -> str:
     """The fix for a holder that lives as long as a function or a registry (an lru_cache, a
     finalizer, a mutable default argument), else ''."""
-    if hkind == "lru_cache":
-        return (
-            f"`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
-            f"for as long as the function lives (a tensor argument is a new key on every call): cache detached "
-            f"values (`.detach()`) keyed on plain values (a length, a shape), give it a small `maxsize`, or "
-            f"call `{holder}.cache_clear()`{grad}."
-        )
-    if hkind == "finalizer":
-        return (
-            f"`{holder}` is kept by a `weakref.finalize` callback, which the finalizer registry keeps until the "
-            f"watched object dies: a callback that is a bound method of the object mapping what it watches (or "
-            f"takes it as an argument) keeps that object alive, so neither ever goes. Make the callback hold no "
-            f"reference to it (a plain function of an id, a `weakref` to the owner), or call the finalizer "
-            f"(`finalizer()` / `.detach()`) when done{grad}."
-        )
-    if hkind == "default_arg":
-        return (
-            f"`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
-            f"it stays alive for the life of the function. Default to `None` and create the container inside the "
-            f"function, or pass it in explicitly and clear it{grad}."
-        )
-    return ""
+    fix = _LIFETIME_FIXES.get(hkind)
+    return fix.format(holder=holder, grad=grad) if fix else ""
 
 
 def _chain_fix(holder: str, hkind: str, grad: str) -> str:
