@@ -134,6 +134,13 @@ def grad_fns_kept(model, opt, n):
         fns.append((_step(model, opt)[0] * 2).sum().grad_fn)  # the graph, without its tensor
 
 
+def lambda_defaults(model, opt, n):
+    callbacks = []
+    for _ in range(n):
+        out = _step(model, opt)[0].detach()
+        callbacks.append(lambda o=out: o.sum())  # the default argument binds the tensor
+
+
 def saved_in_memory(model, opt, n):
     import io
 
@@ -151,7 +158,7 @@ def saved_in_memory(model, opt, n):
     (tensors_as_dict_keys, "seen"), (helper_object_on_the_model, "stats.history"),
     (attribute_per_step, "1.act_*"), (head_per_task, "heads.task*."), (object_array_slots, "preds"),
     (parameters_in_a_list, "plist"), (optimizer_per_step, "opts"), (linked_list, "head.value"),
-    (grad_fns_kept, "fns"), (saved_in_memory, "blobs"),
+    (grad_fns_kept, "fns"), (saved_in_memory, "blobs"), (lambda_defaults, "callbacks"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()

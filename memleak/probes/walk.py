@@ -200,7 +200,8 @@ class Walk(HolderTally):
 
     def _function(self, fn, path, holder, kind, weight, note) -> None:
         if holder is not None and "[...]" in path:  # a callback in a container: the container holds it
-            for name, value in closure_items(fn):
+            # its captured variables, and its default arguments (`lambda o=o: ...` binds a value)
+            for name, value in itertools.chain(closure_items(fn), default_items(fn)):
                 self.push(value, f"{path}.{name}", holder, kind, weight, note or f"captured by {fn_name(fn)}")
             return
         # a function reached by name: its cells are variables of the enclosing function, which may
