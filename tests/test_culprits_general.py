@@ -222,3 +222,23 @@ def test_holders_that_live_as_long_as_a_function_get_the_fix_of_their_kind(hkind
 
     fix = culprit_fix(Kind.SURVIVING_TENSORS, "embed", hkind, chained=False, has_grad=False, saved_growing=False)
     assert fix.startswith("`embed`") and says in fix and "{" not in fix, fix
+
+
+def test_a_class_level_list_of_a_class_imported_from_a_user_module_is_named(tmp_path, monkeypatch):
+    import importlib
+
+    (tmp_path / "registry_mod.py").write_text(
+        "class Registry:\n    items = []\n\n    @classmethod\n    def add(cls, t):\n        cls.items.append(t)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    Registry = importlib.import_module("registry_mod").Registry  # noqa: N806 - named in this frame, as imported
+    model, opt = _model_and_optimizer()
+    try:
+        with memleak.track(model, optimizer=opt) as tracker:
+            for _ in range(40):
+                Registry.add(_step(model, opt)[0].detach())
+        top = tracker.report().suspects[0]
+        assert top.location == "Registry.items", str(tracker.report())
+    finally:
+        Registry.items.clear()
+        monkeypatch.delitem(__import__("sys").modules, "registry_mod")

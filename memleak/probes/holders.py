@@ -227,7 +227,10 @@ def _user_globals(frames: list, model) -> list[dict]:
 
 
 def _user_globals_of(v: Any) -> dict | None:
-    """The globals of a user module (utils, engine) or of a user function that a frame names."""
+    """The globals of a user module (utils, engine), or of the module of a user function or class
+    that a frame names (a class imported from registry.py keeps its class-level lists there)."""
+    if isinstance(v, type):
+        v = sys.modules.get(v.__module__)
     if isinstance(v, types.ModuleType):
         g, filename = vars(v), getattr(v, "__file__", None) or ""
     else:
