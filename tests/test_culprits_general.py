@@ -141,6 +141,15 @@ def lambda_defaults(model, opt, n):
         callbacks.append(lambda o=out: o.sum())  # the default argument binds the tensor
 
 
+def list_on_a_parameter(model, opt, n):
+    model[0].weight.seen = []
+    try:
+        for _ in range(n):
+            model[0].weight.seen.append(_step(model, opt)[0].detach())  # a list hung on a parameter
+    finally:
+        del model[0].weight.seen
+
+
 def saved_in_memory(model, opt, n):
     import io
 
@@ -159,6 +168,7 @@ def saved_in_memory(model, opt, n):
     (attribute_per_step, "1.act_*"), (head_per_task, "heads.task*."), (object_array_slots, "preds"),
     (parameters_in_a_list, "plist"), (optimizer_per_step, "opts"), (linked_list, "head.value"),
     (grad_fns_kept, "fns"), (saved_in_memory, "blobs"), (lambda_defaults, "callbacks"),
+    (list_on_a_parameter, "0.weight.seen"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()

@@ -359,6 +359,10 @@ class Walk(HolderTally):
         for k, prm in d.get("_parameters", {}).items():
             for hk in TENSOR_HOOK_DICTS:  # `param.register_hook(...)`: lives as long as the parameter
                 self._hooks(getattr(prm, hk, None), f"{where}.{k}", hk, weight)
+            for a, v in list(getattr(prm, "__dict__", {}).items()):  # what code hung on it (`p.seen = []`)
+                if not isinstance(v, SCALARS) and not a.startswith("__"):
+                    p = f"{path}.{k}.{a}" if path else f"{k}.{a}"
+                    self.push(v, p, child_holder(holder, path, k, full=p), kind, weight, note)
         for k, child in d.get("_modules", {}).items():
             if child is not None:
                 cp = f"{path}.{k}" if path else k
