@@ -66,12 +66,13 @@ def _host_slope(run: Run) -> float | None:
 
 def _growth_shown(run: Run, growth, findings: list[Finding], suspects) -> Any:
     """The growth the verdict quotes: where the top suspect is a holder of Python data backed by a
-    host series (RSS, which the primary series of a CPU run, the heap, barely sees), that series."""
+    host series (RSS, which the primary series of a CPU run, the heap, barely sees), or a profiler
+    (host memory on a device run), that series."""
     if not suspects or not suspects[0].leak:
         return growth
     top = suspects[0].location
     data = [f.data for f in findings if f.location == top and isinstance(f.data, dict)]
-    col = next((d.get("host_column") for d in data if d.get("python_objects")), None)
+    col = next((d.get("host_column") for d in data if d.get("python_objects") or d.get("profiler")), None)
     if not col or growth is None or col == growth.column:
         return growth
     shown = analyze_growth(run, col, min_rel=MIN_REL_GROWTH)

@@ -75,6 +75,8 @@ class Kind(StrEnum):
     LINEAR_GROWTH = "linear_growth"
     HOST_GROWTH = "host_growth"
     NON_PYTORCH_MEMORY = "non_pytorch_memory"
+    # a profiler left recording: it keeps an event for every op in host memory (detect/profilers.py)
+    PROFILER = "profiler"
     # findings that name no suspect (Finding.note): what a person should know about the run
     MEMORY_DROP = "memory_drop"  # memory fell suddenly, and why
     NO_GRAD = "no_grad"  # the loop ran with gradients disabled (inference, evaluation)
@@ -265,6 +267,7 @@ STEP_COLUMNS = {
     "gc_collections": "full (generation 2) collections of Python's cyclic garbage collector so far",
     "gc_collected": "objects those full collections freed so far",
     "grad_enabled": "1 when gradients were enabled at the end of the step, 0 under no_grad or inference_mode",
+    "profiler_on": "1 when a profiler (torch.profiler, torch.autograd.profiler) was recording at the end of the step",
     "optimizer_steps": "optimizer.step() calls so far (when an optimizer was given)",
     "grad_scale": "the loss scale of AMP's GradScaler (found among the variables where tracking started); "
     "it falls when the scaler skipped a step for inf or NaN gradients",

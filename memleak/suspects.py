@@ -15,6 +15,7 @@ SPECIFICITY = {
     Kind.CACHED_TENSOR: 1.0,
     Kind.SURVIVING_TENSORS: 0.95,
     Kind.PYTHON_OBJECTS: 0.95,
+    Kind.PROFILER: 0.95,
     Kind.NON_PYTORCH_MEMORY: 0.8,
     Kind.HOST_GROWTH: 0.75,
     Kind.FRAGMENTATION: 0.7,
@@ -43,7 +44,7 @@ def merge(findings: list[Finding]) -> Suspect:
 
 
 #: Kinds that name what keeps memory alive; growth kinds only say that memory grows.
-CULPRITS = (Kind.RETAINED_GRAPH, Kind.CACHED_TENSOR, Kind.SURVIVING_TENSORS, Kind.PYTHON_OBJECTS)
+CULPRITS = (Kind.RETAINED_GRAPH, Kind.CACHED_TENSOR, Kind.SURVIVING_TENSORS, Kind.PYTHON_OBJECTS, Kind.PROFILER)
 SYMPTOMS = (Kind.LINEAR_GROWTH,)
 #: A symptom is explained when the culprits add at least this share of its growth per step
 #: (a retained graph, or held tensors whose graphs grow, always explains it: autograd nodes and

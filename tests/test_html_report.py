@@ -348,6 +348,8 @@ def test_where_a_suspect_keeps_graphs_the_rest_layer_says_it_has_what_they_saved
     label = rest_label([cached, graphs])
     # one line: the HTML legend shows it as it is (the PNG's legend wraps it)
     assert label.startswith(REST) and "preds" in label and "saved" in label and "\n" not in label
+    profiler = types.SimpleNamespace(kind=Kind.PROFILER, location="torch.profiler", leak=True)
+    assert "torch.profiler" in rest_label([profiler]) and rest_label([profiler]).startswith(REST)
     x, layers = categories(leaking_run(), ["history"], rest=label)
     assert layers[0][0] == label
     assert layer_colors([label, "history"], ["history"])[0] == CATEGORY_COLORS[REST]

@@ -19,6 +19,7 @@ DETECTORS = (
     "lifetimes",
     "workers",
     "pinned",
+    "profilers",
     "drops",
     "no_grad",
 )

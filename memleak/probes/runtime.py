@@ -1,6 +1,7 @@
 """Python's and autograd's state at each step's end: the full collections of the cyclic garbage
-collector (so a sudden drop can be told apart as garbage freed) and whether gradients were on
-(so an inference or evaluation loop is reported as one). About a microsecond a step."""
+collector (so a sudden drop can be told apart as garbage freed), whether gradients were on
+(so an inference or evaluation loop is reported as one) and whether a profiler was recording
+(it keeps an event per op in host memory while it does). About a microsecond a step."""
 
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ def grad_enabled() -> int:
     return int(torch.is_grad_enabled() and not torch.is_inference_mode_enabled())
 
 
+def profiler_on() -> int:
+    """1 while torch.profiler or the autograd profiler records ops (not in a schedule's wait or
+    warm-up steps), else 0; 0 where torch has no such switch."""
+    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
+    return int(bool(enabled())) if enabled is not None else 0
+
+
 class RuntimeProbe(Probe):
     name = "runtime"
 
@@ -28,4 +36,5 @@ class RuntimeProbe(Probe):
             "gc_collections": int(full["collections"]),
             "gc_collected": int(full["collected"]),
             "grad_enabled": grad_enabled(),
+            "profiler_on": profiler_on(),
         }

@@ -125,9 +125,15 @@ def top_holders(run, suspects=(), n: int = TOP_HOLDERS) -> list[str]:
 def rest_label(suspects=()) -> str:
     """The rest layer's label. Where a suspect keeps autograd graphs, the tensors those graphs saved
     for backward are in it, not in the holder's layer (a walk counts a graph's nodes, not the bytes
-    they saved), and the label says so."""
-    keepers = [s.location for s in suspects or () if s.kind == Kind.RETAINED_GRAPH]
-    return f"{REST} (with what the graphs {keepers[0]} keeps saved)" if keepers else REST
+    they saved), and the label says so; likewise where a profiler keeps its events (host memory
+    no walk reaches)."""
+    suspects = list(suspects or ())
+    keepers = [s.location for s in suspects if s.kind == Kind.RETAINED_GRAPH]
+    if keepers:
+        return f"{REST} (with what the graphs {keepers[0]} keeps saved)"
+    if any(s.kind == Kind.PROFILER and s.leak for s in suspects):
+        return f"{REST} (with the events torch.profiler keeps)"
+    return REST
 
 
 def layer_colors(labels: list[str], holders: list[str]) -> list[str]:

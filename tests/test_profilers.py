@@ -1,0 +1,75 @@
+"""A profiler left recording: the runtime probe's `profiler_on` column and detect/profilers.py,
+on synthetic runs (the detector is pure) and on real CPU loops under torch.profiler."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+import memleak
+from memleak.detect import profilers
+from memleak.probes.runtime import profiler_on
+from memleak.run import Run
+from memleak.schema import Kind
+
+KiB = 1024
+
+
+def _run(on, heap_per_step=64 * KiB, n=40):
+    rng = np.random.default_rng(0)
+    steps = pd.DataFrame({
+        "step": range(n),
+        "heap_bytes": 100e6 + heap_per_step * np.arange(n) + rng.normal(0, 2 * KiB, n),
+        "profiler_on": on if not np.isscalar(on) else [on] * n,
+    })
+    return Run({"device": "cpu", "level": "counters"}, steps)
+
+
+def test_the_probe_reads_whether_a_profiler_records():
+    assert profiler_on() == 0
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert profiler_on() == 1
+    assert profiler_on() == 0
+
+
+def test_host_growth_while_a_profiler_records_every_step_names_the_profiler():
+    (f,) = profilers.detect(_run(1))
+    assert f.kind is Kind.PROFILER and f.location == "torch.profiler" and f.leak
+    assert f.bytes_per_step == pytest.approx(64 * KiB, rel=0.05)
+    assert "recording at 40 of the 40 steps" in f.evidence[0] and "schedule" in f.fix
+
+
+@pytest.mark.parametrize("on, growth", [
+    (0, 64 * KiB),  # growth with no profiler: some other cause
+    (1, 0),  # a profiler recording while memory stays flat: no cause of anything
+    ([1] * 5 + [0] * 35, 64 * KiB),  # recorded a few steps (a schedule), then stopped
+])
+def test_no_profiler_suspect_without_both_recording_and_growth(on, growth):
+    assert profilers.detect(_run(on, growth)) == []
+
+
+def _loop(tracker, model, opt, steps, prof=None):
+    for _ in range(steps):
+        loss = model(torch.randn(32, 64)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if prof is not None:
+            prof.step()
+
+
+def test_a_profiler_never_stopped_is_the_top_suspect_of_a_real_loop():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
+    prof.start()
+    try:
+        with memleak.track(model, optimizer=opt, level="counters") as tracker:
+            _loop(tracker, model, opt, 40)
+    finally:
+        prof.stop()
+    report = tracker.report()
+    assert report.verdict == "leak", str(report)
+    assert report.suspects[0].kind is Kind.PROFILER, str(report)
+    assert tracker.run().steps["profiler_on"].eq(1).all()
