@@ -2,6 +2,7 @@
 `benchmarks/overhead.py` (CPU, one thread): memleak's own time, measured where it is spent.
 
     python benchmarks/step_cost.py [--levels counters modules full auto] [--steps 300] [--rounds 5]
+                                   [--device cpu|cuda] [--parts]
 
 On a shared 2-core machine the difference of two whole loops of 20 ms steps is noise of a few
 hundred microseconds a step: too coarse for costs of tens. So the cost is measured in parts, in
@@ -23,6 +24,13 @@ process CPU time, each where memleak spends it:
   steps after 32 + close) / (steps x the untracked step). On a shared machine two whole loops
   differ by more than memleak costs (`overhead.py` rounds spread by 10-25 % here); parts measured
   where memleak spends them do not.
+
+`--parts` adds, per level, where the steady boundary goes: each probe's `sample`, the heap read,
+the record written and the live check's bookkeeping, in microseconds a step over the steady
+steps; "rest" is the boundary's remainder (the tracker's own bookkeeping, auto's screen and
+checks). `--device cuda` runs the loop on the GPU (the loop reads its loss each step, so each
+step waits for the device and the boundary starts on an idle GPU), timed in wall-clock time on
+a machine with nothing else running, where the CPU's process time would count the wait.
 
 Steps 1..32 (level auto runs up to 32 of them as level full does) are left out of the steady
 figures: their cost is auto's start-up. Each figure is the median over rounds; the hook-free steps' own extra
@@ -50,7 +58,7 @@ from memleak.probes.tagging import Tagging  # noqa: E402
 
 YOUNG = 32
 NEAR = 8  # hook-free steps on each side that a hooked step is compared with
-clock = time.process_time
+clock = time.process_time  # time.perf_counter with --device cuda (main)
 
 
 def hooked(tracker) -> bool:
@@ -60,14 +68,42 @@ def hooked(tracker) -> bool:
     return any(getattr(p, "handles", None) or isinstance(getattr(p, "_mode", None), Tagging) for p in tracker._probes)
 
 
-def block(model, opt, steps: int, level: str | None, out: Path) -> dict:
-    """CPU seconds of one loop's parts: start, each step's body and boundary, close."""
+def timed_parts(tracker, spent: dict[str, list[tuple[int, float]]]) -> None:
+    """Time, per step, each probe's sample, the heap read, the record written and the live
+    check's bookkeeping of a started tracker into `spent` (name -> [(step, seconds)])."""
+
+    def wrap(obj, attr: str, name: str) -> None:
+        inner = getattr(obj, attr)
+
+        def timed(*args, **kwargs):
+            t = clock()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent.setdefault(name, []).append((tracker.iterations, clock() - t))
+
+        setattr(obj, attr, timed)
+
+    for probe in tracker._probes:
+        wrap(probe, "sample", f"probe {probe.name}")
+    if tracker._heap_reads is not None:
+        wrap(tracker._heap_reads, "begin", "heap read")
+    wrap(tracker.sink, "step", "record written")
+    wrap(tracker._live, "append", "live bookkeeping")
+
+
+def block(model, opt, steps: int, level: str | None, out: Path, device=None, spent=None) -> dict:
+    """Seconds (CPU, or wall on CUDA) of one loop's parts: start, each step's body and boundary,
+    close; with `spent`, the boundary's parts (timed_parts)."""
+    device = device or torch.device("cpu")
     g = torch.Generator().manual_seed(1)
-    data = [torch.randint(0, 256, (16, 33), generator=g) for _ in range(8)]
+    data = [torch.randint(0, 256, (16, 33), generator=g).to(device) for _ in range(8)]
     tracker = memleak.track(model, optimizer=opt, level=level, out=out, overwrite=True) if level else None
     t0 = clock()
     if tracker is not None:
         tracker.start()
+        if spent is not None:
+            timed_parts(tracker, spent)
     t1 = clock()
     body, call, hook = [], [], []
     try:
@@ -128,26 +164,37 @@ def main(argv=None) -> int:
     ap.add_argument("--levels", nargs="+", default=["counters", "modules", "full", "auto"])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    ap.add_argument("--parts", action="store_true", help="also where the steady boundary goes")
     args = ap.parse_args(argv)
+    global clock
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        clock = time.perf_counter
     if args.steps < 2 * YOUNG:
         ap.error(f"--steps: at least {2 * YOUNG}")
     torch.set_num_threads(1)
     random.seed(0)
     logging.getLogger("memleak").setLevel(logging.ERROR)
-    model, opt = make(torch.device("cpu"))
+    model, opt = make(device)
     levels = [None, *args.levels]
     got: dict = {lv: [] for lv in levels}
+    spent: dict = {lv: [] for lv in levels}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         for lv in levels:  # warm up: first-use imports and caches
-            block(model, opt, 2 * YOUNG, lv, out)
+            block(model, opt, 2 * YOUNG, lv, out, device)
         for _ in range(args.rounds):
             order = list(levels)
             random.shuffle(order)
             for lv in order:
-                got[lv].append(block(model, opt, args.steps, lv, out))
+                parts_of = {} if args.parts and lv else None
+                got[lv].append(block(model, opt, args.steps, lv, out, device, parts_of))
+                spent[lv].append(parts_of)
     base = statistics.median(statistics.median(b["body"]) for b in got[None])
-    print(f"cpu, {args.steps} steps a block, {args.rounds} rounds: untracked step {base * 1e6:.0f} us CPU (median)")
+    what = "CPU" if device.type == "cpu" else "wall"
+    print(f"{device.type}, {args.steps} steps a block, {args.rounds} rounds: untracked step {base * 1e6:.0f} us "
+          f"{what} (median)")
     print(f"  {'level':9} {'start ms':>9} {'first ms':>9} {'young ms':>9} {'boundary us':>12} {'hooks us':>9}"
           f" {'steady us':>10}"
           f" {'close ms':>9} {'x':>6} {'whole x':>8} {'hooked':>7}")
@@ -164,7 +211,24 @@ def main(argv=None) -> int:
               f"{m['hooks'] * 1e6:9.0f} {m['steady'] * 1e6:10.0f} {m['close'] * 1e3:9.1f} "
               f"{1 + m['steady'] / base:6.3f} {1 + once_and_steady(m, args.steps) / (args.steps * base):8.3f} "
               f"{m['hooked']:7.0%}")
+    if args.parts:
+        for lv in args.levels:
+            print_parts(lv, spent[lv], got[lv], args.steps)
     return 0
+
+
+def print_parts(level: str, rounds: list[dict], blocks: list[dict], steps: int) -> None:
+    """Per part, its median over rounds of microseconds a steady step; then the boundary's rest."""
+    n = steps - YOUNG - 1
+    per: dict[str, list[float]] = {}
+    for spent in rounds:
+        for name, rows in spent.items():
+            per.setdefault(name, []).append(sum(s for step, s in rows if step > YOUNG) / n)
+    boundary = statistics.median(sum(b["call"][YOUNG + 1 :]) / n for b in blocks)
+    named = {name: statistics.median(xs) for name, xs in per.items()}
+    cells = [f"{name} {us * 1e6:.0f}" for name, us in sorted(named.items(), key=lambda kv: -kv[1])]
+    rest = boundary - sum(named.values())
+    print(f"  {level}: boundary {boundary * 1e6:.0f} us a step = " + ", ".join([*cells, f"rest {rest * 1e6:.0f}"]))
 
 
 if __name__ == "__main__":
