@@ -20,8 +20,13 @@ def _run(*args: str) -> str:
 def test_step_cost_prints_each_level_with_its_young_and_steady_cost():
     # three rounds: one step 0 jitters by +-20 ms of CPU time here, as much as counters costs in 64
     # steps; the figures are medians over rounds
-    out = _run(str(BENCH / "step_cost.py"), "--levels", "counters", "auto", "--steps", "64", "--rounds", "3")
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ") and "level" not in line}
+    out = _run(str(BENCH / "step_cost.py"), "--levels", "counters", "auto", "--steps", "64", "--rounds", "3",
+               "--parts")
+    lines = [line for line in out.splitlines() if line.startswith("  ") and "level" not in line]
+    rows = {line.split()[0]: line.split() for line in lines if ":" not in line.split()[0]}
+    parts = [line for line in lines if ": boundary" in line]
+    # where counters' boundary goes: the heap read, the host probe, the record, and the rest
+    assert len(parts) == 2 and all(p in parts[0] for p in ("heap read", "probe host", "record written", "rest"))
     assert set(rows) == {"counters", "auto"}
     young = {lv: float(rows[lv][3]) for lv in rows}  # ms
     assert young["auto"] > young["counters"]  # auto runs its young steps as level full does
