@@ -252,3 +252,24 @@ def test_a_class_level_list_of_a_class_imported_from_a_user_module_is_named(tmp_
     finally:
         Registry.items.clear()
         monkeypatch.delitem(__import__("sys").modules, "registry_mod")
+
+
+def test_threads_started_each_step_that_still_run_are_named_by_their_target():
+    import threading
+
+    release = threading.Event()
+
+    def upload(t):
+        release.wait(60)  # slower than the loop: each running thread keeps its argument
+
+    model, opt = _model_and_optimizer()
+    try:
+        with memleak.track(model, optimizer=opt) as tracker:
+            for _ in range(40):
+                out = _step(model, opt)[0].detach().clone()
+                threading.Thread(target=upload, args=(out,), daemon=True).start()
+        top = tracker.report().suspects[0]
+        assert top.location == "Thread(target=upload)", str(tracker.report())
+        assert "ThreadPoolExecutor" in top.fix
+    finally:
+        release.set()

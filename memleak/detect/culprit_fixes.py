@@ -156,6 +156,13 @@ _LIFETIME_FIXES = {
         "reference to it (a plain function of an id, a `weakref` to the owner), or call the finalizer "
         "(`finalizer()` / `.detach()`) when done{grad}."
     ),
+    "thread": (
+        "`{holder}`: threads started for each step are still running, and each keeps the arguments "
+        "it was given until it returns, so they pile up while the work is slower than the loop: run "
+        "the work in a fixed pool (`ThreadPoolExecutor(max_workers=2)`, dropping finished futures) or "
+        "a bounded queue, join a step's thread before starting the next, or give it what it needs as "
+        "a detached host copy{grad}."
+    ),
     "default_arg": (
         "`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
         "it stays alive for the life of the function. Default to `None` and create the container inside the "

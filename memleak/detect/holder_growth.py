@@ -42,6 +42,7 @@ _WHERE = {
     "optimizer_params": "the optimizer's",
     "optimizer_state": "the optimizers' state in",
     "jit": "TorchScript's compilation unit, filled by",
+    "thread": "the running",
 }
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import sys
+import threading
 import types
 import weakref
 from typing import Any
@@ -91,6 +92,7 @@ def walk_roots(
         w.add_root(optimizer, "optimizer", "local")
     if frames:  # what the process keeps (not the model-only scan): finalizer callbacks, jit traces
         _add_finalizers(w)
+        _add_threads(w)
         add_traced(w, traces_since)
     try:
         w.run()
@@ -196,6 +198,21 @@ def _add_finalizers(w: Walk) -> None:
             w.push(arg, f"{name}.args[{i}]", f"{name}.args[{i}]", "finalizer", weight, note)
         for var, value in closure_items(fn):
             w.push(value, var, reach.closure_holder(fn, var), "closure", weight, note)
+
+
+def _add_threads(w: Walk) -> None:
+    """The arguments of threads the user's code started that still run: a thread keeps its
+    target's arguments until it returns, so one started every step for slow work (an upload, a
+    save) piles up with what it was given. Named ``Thread(target=NAME)`` after the target."""
+    me = threading.get_ident()
+    for th in threading.enumerate():
+        target = getattr(th, "_target", None)
+        if th.ident == me or not _user_code(target):
+            continue
+        name = f"Thread(target={reach.fn_name(target)})"
+        note = f"an argument of a running thread of {reach.fn_name(target)}(): kept until the thread returns"
+        for arg in [*(getattr(th, "_args", None) or ()), *(getattr(th, "_kwargs", None) or {}).values()]:
+            w.push(arg, name, name, "thread", 1.0, note)
 
 
 def _user_code(fn) -> bool:
