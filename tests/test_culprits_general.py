@@ -254,7 +254,19 @@ def test_a_class_level_list_of_a_class_imported_from_a_user_module_is_named(tmp_
         monkeypatch.delitem(__import__("sys").modules, "registry_mod")
 
 
-def test_threads_started_each_step_that_still_run_are_named_by_their_target():
+class _Uploader(__import__("threading").Thread):
+    def __init__(self, t, release):
+        super().__init__(daemon=True)
+        self.payload, self.release = t, release
+
+    def run(self):
+        self.release.wait(60)
+
+
+@pytest.mark.parametrize("how, location", [
+    ("thread", "Thread(target=upload)"), ("timer", "Thread(target=upload)"), ("subclass", "_Uploader.payload"),
+])
+def test_threads_started_each_step_that_still_run_are_named(how, location):
     import threading
 
     release = threading.Event()
@@ -267,9 +279,19 @@ def test_threads_started_each_step_that_still_run_are_named_by_their_target():
         with memleak.track(model, optimizer=opt) as tracker:
             for _ in range(40):
                 out = _step(model, opt)[0].detach().clone()
-                threading.Thread(target=upload, args=(out,), daemon=True).start()
+                if how == "thread":
+                    threading.Thread(target=upload, args=(out,), daemon=True).start()
+                elif how == "timer":  # a save put off by a minute: the Timer keeps its arguments
+                    timer = threading.Timer(60, upload, args=(out,))
+                    timer.daemon = True
+                    timer.start()
+                else:
+                    _Uploader(out, release).start()
         top = tracker.report().suspects[0]
-        assert top.location == "Thread(target=upload)", str(tracker.report())
+        assert top.location == location, str(tracker.report())
         assert "ThreadPoolExecutor" in top.fix
     finally:
         release.set()
+        for th in threading.enumerate():
+            if isinstance(th, threading.Timer):
+                th.cancel()

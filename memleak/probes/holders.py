@@ -203,16 +203,24 @@ def _add_finalizers(w: Walk) -> None:
 def _add_threads(w: Walk) -> None:
     """The arguments of threads the user's code started that still run: a thread keeps its
     target's arguments until it returns, so one started every step for slow work (an upload, a
-    save) piles up with what it was given. Named ``Thread(target=NAME)`` after the target."""
+    save) piles up with what it was given. Named ``Thread(target=NAME)`` after the target (a
+    ``threading.Timer``'s function too); a Thread subclass of the user's, by its class, with its
+    attributes."""
     me = threading.get_ident()
     for th in threading.enumerate():
-        target = getattr(th, "_target", None)
-        if th.ident == me or not _user_code(target):
+        if th.ident == me:
             continue
-        name = f"Thread(target={reach.fn_name(target)})"
-        note = f"an argument of a running thread of {reach.fn_name(target)}(): kept until the thread returns"
-        for arg in [*(getattr(th, "_args", None) or ()), *(getattr(th, "_kwargs", None) or {}).values()]:
-            w.push(arg, name, name, "thread", 1.0, note)
+        target = getattr(th, "_target", None) or getattr(th, "function", None)  # a Timer's
+        if _user_code(target):
+            name = f"Thread(target={reach.fn_name(target)})"
+            note = f"an argument of a running thread of {reach.fn_name(target)}(): kept until the thread returns"
+            args = getattr(th, "_args", None) or getattr(th, "args", None) or ()
+            kwargs = getattr(th, "_kwargs", None) or getattr(th, "kwargs", None) or {}
+            for arg in [*args, *kwargs.values()]:
+                w.push(arg, name, name, "thread", 1.0, note)
+        elif _user_code(getattr(type(th), "run", None)):  # a subclass with a run() of its own
+            name = type(th).__name__
+            w.push(th, name, name, "thread", 1.0, f"a running {name} thread: kept until its run() returns")
 
 
 def _user_code(fn) -> bool:
