@@ -18,11 +18,16 @@ def grad_enabled() -> int:
     return int(torch.is_grad_enabled() and not torch.is_inference_mode_enabled())
 
 
+#: Profilers that keep an event per op in memory (NVTX and ITT only mark ranges for an outside tool).
+_KEEPING_PROFILERS = ("KINETO", "LEGACY")
+
+
 def profiler_on() -> int:
-    """1 while torch.profiler or the autograd profiler records ops (not in a schedule's wait or
-    warm-up steps), else 0; 0 where torch has no such switch."""
-    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
-    return int(bool(enabled())) if enabled is not None else 0
+    """1 while torch.profiler or the autograd profiler records ops and keeps their events (not in
+    a schedule's wait or warm-up steps, nor under emit_nvtx or emit_itt), else 0; 0 where torch
+    has no such switch."""
+    active = getattr(torch._C._autograd, "_profiler_type", None)
+    return int(active is not None and active().name in _KEEPING_PROFILERS)
 
 
 class RuntimeProbe(Probe):
