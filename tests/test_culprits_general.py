@@ -150,6 +150,20 @@ def list_on_a_parameter(model, opt, n):
         del model[0].weight.seen
 
 
+def distributions_kept(model, opt, n):
+    dists = []
+    for _ in range(n):
+        dists.append(torch.distributions.Categorical(logits=_step(model, opt)[0]))  # its logits, graph and all
+
+
+def list_on_a_scheduler(model, opt, n):
+    sched = torch.optim.lr_scheduler.StepLR(opt, 10)
+    sched.losses = []
+    for _ in range(n):
+        sched.losses.append(_step(model, opt)[1].detach())
+        sched.step()
+
+
 def saved_in_memory(model, opt, n):
     import io
 
@@ -168,7 +182,7 @@ def saved_in_memory(model, opt, n):
     (attribute_per_step, "1.act_*"), (head_per_task, "heads.task*."), (object_array_slots, "preds"),
     (parameters_in_a_list, "plist"), (optimizer_per_step, "opts"), (linked_list, "head.value"),
     (grad_fns_kept, "fns"), (saved_in_memory, "blobs"), (lambda_defaults, "callbacks"),
-    (list_on_a_parameter, "0.weight.seen"),
+    (list_on_a_parameter, "0.weight.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()

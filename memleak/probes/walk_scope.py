@@ -193,13 +193,18 @@ def is_view_of(base: Any) -> bool:
 
 def opened_inside(t: type) -> bool:
     """Whether an object of a skipped package (torch, logging) is still walked: an autograd ctx (it
-    may store tensors), a DataLoader or Dataset (its dataset may cache tensors), a Subset, a logger
-    and its handlers and records..."""
+    may store tensors), a DataLoader or Dataset (its dataset may cache tensors), a Subset, a
+    distribution (its parameters: the user's tensors, with their graphs), an LR scheduler (what
+    code hangs on it), a logger and its handlers and records..."""
     return (
         issubclass(t, torch.autograd.function.BackwardCFunction)
-        or t.__module__.startswith("torch.utils.data")
+        or t.__module__.startswith(_OPENED_MODULES)
         or _is_logging_holder(t)
     )
+
+
+#: torch's modules whose objects hold the user's tensors or what code hangs on them.
+_OPENED_MODULES = ("torch.utils.data", "torch.distributions", "torch.optim.lr_scheduler")
 
 
 def _is_logging_holder(t: type) -> bool:
