@@ -60,8 +60,7 @@ def _host_slope(run: Run) -> float | None:
     host = run.host_column()
     if host is None or host == run.memory_column():
         return None
-    g = analyze_growth(run, host)
-    return None if g is None else g.slope
+    return analyze_growth(run, host).slope
 
 
 def _growth_shown(run: Run, growth, findings: list[Finding], suspects) -> Any:

@@ -18,6 +18,9 @@ from .identity import Ages, tensor_nbytes
 from .pydata import data_size
 from .walk_scope import NAME_ALL_UP_TO
 
+#: Of a holder's graphs, the first this many are kept for `_finish` to measure (the rest counted).
+GRAPHS_SAMPLED = 64
+
 
 @dataclass
 class HolderStats:
@@ -135,15 +138,20 @@ class HolderTally:
         sized = data_size(obj)
         if sized is None:
             return False
-        st = self._stats(holder, kind)
-        if note and not st.note:
-            st.note = note
+        st = self._noted(holder, kind, note)
         st.objects += sized[0] * weight
         st.obj_bytes += sized[1] * weight
         return True
 
     def _estimated(self, holder: str) -> None:
         self._stats(holder, "").estimated = True
+
+    def _noted(self, holder: str, kind: str, note: str) -> HolderStats:
+        """The holder's stats, with `note` as its note unless it has one."""
+        st = self._stats(holder, kind)
+        if note and not st.note:
+            st.note = note
+        return st
 
     def _stats(self, holder: str, kind: str) -> HolderStats:
         st = self.holders.get(holder)
@@ -164,23 +172,22 @@ class HolderTally:
             st.views += weight
         if id(t) in self.array_bases:
             st.arrays += weight
-        gf = t.grad_fn
-        if gf is not None:
-            st.n_grad += weight
-            if len(st._grad_fns) < 64:
-                st._grad_fns.append(gf)
-                st._out_nrs.append(t.output_nr)
+        if t.grad_fn is not None:
+            self._keeps_graph(st, t.grad_fn, t.output_nr, weight)
 
     def _graph_node(self, fn: Any, holder: str, kind: str, weight: float, note: str) -> None:
         """An autograd node kept by itself (``fns.append(loss.grad_fn)``): the graph it starts
         keeps every tensor saved for its backward, counted as a tensor's graph is."""
-        st = self._stats(holder, kind)
-        if note and not st.note:
-            st.note = note
+        self._keeps_graph(self._noted(holder, kind, note), fn, 0, weight)
+
+    @staticmethod
+    def _keeps_graph(st: HolderStats, fn: Any, output_nr: int, weight: float) -> None:
+        """One more graph the holder keeps: counted, and the first GRAPHS_SAMPLED kept for `_finish`
+        to measure."""
         st.n_grad += weight
-        if len(st._grad_fns) < 64:
+        if len(st._grad_fns) < GRAPHS_SAMPLED:
             st._grad_fns.append(fn)
-            st._out_nrs.append(0)
+            st._out_nrs.append(output_nr)
 
     def _array(self, a: Any, holder: str, kind: str, weight: float, note: str) -> None:
         """A numpy array with memory of its own: counted, with its bytes and age, as a tensor is
@@ -191,9 +198,7 @@ class HolderTally:
     def _held(self, obj: Any, key: int, nb: int, holder: str, kind: str, weight: float, note: str) -> HolderStats:
         """Count `obj` (a tensor, or an array with memory of its own) under `holder`: one more item,
         its age, and its storage `key` of `nb` bytes."""
-        st = self._stats(holder, kind)
-        if note and not st.note:
-            st.note = note
+        st = self._noted(holder, kind, note)
         st.count += weight
         old = self.step - self.ages.first_seen(obj, self.step) >= 2
         if old:
@@ -226,7 +231,7 @@ class HolderTally:
                     st._grad_fns, min(self.graph_cap, left), self.prev_roots.get(st.holder), now
                 )
                 st.nodes, st.nodes_capped, st.linked = info.nodes, info.capped, info.linked
-                # graphs of tensors the walk sampled past (long containers, over 64 with a grad_fn)
+                # graphs of tensors the walk sampled past (long containers, over GRAPHS_SAMPLED with a grad_fn)
                 # were not counted: the count is a lower bound, as at the cap
                 st.nodes_capped |= st.n_grad > len(st._grad_fns) + 0.5
                 if info.lo is not None:
