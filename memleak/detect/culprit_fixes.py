@@ -141,7 +141,8 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
     )
 
 
-#: Fixes for holders that live as long as a function or a registry, by holder kind ({holder}, {grad}).
+#: Fixes for holders that live as long as a function, a registry or a running thread, by holder kind
+#: ({holder}, {grad}).
 _LIFETIME_FIXES = {
     "lru_cache": (
         "`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
@@ -172,8 +173,8 @@ _LIFETIME_FIXES = {
 
 
 def _lifetime_fix(holder: str, hkind: str, grad: str) -> str:
-    """The fix for a holder that lives as long as a function or a registry (an lru_cache, a
-    finalizer, a mutable default argument), else ''."""
+    """The fix for a holder that lives as long as a function, a registry or a running thread (an
+    lru_cache, a finalizer, a mutable default argument, a thread's arguments), else ''."""
     fix = _LIFETIME_FIXES.get(hkind)
     return fix.format(holder=holder, grad=grad) if fix else ""
 
