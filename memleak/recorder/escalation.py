@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 
 from ..detect.thresholds import MIN_DATA_BPS, min_rel_growth
 from ..schema import OWN_COLUMN, DetailReason
-from .live import kendall_tau
+from .live import kendall_tau, median
 
 if TYPE_CHECKING:
     import numpy as np
@@ -133,11 +133,11 @@ def rising(values: Sequence[float], min_rel: float = 0.0) -> bool:
         return False
     d = np.diff(y)
     rise = float(y[-1] - y[0])
-    if rise <= SCREEN_NOISE * float(np.median(np.abs(d))):
+    if rise <= SCREEN_NOISE * median(np.abs(d)):
         return False
     # less its largest single step: one jump that stays (a warm-up allocating the optimizer's
     # state, a new thread's arena) with a creep after it is a step change, not growth
-    if rise - max(float(d.max()), 0.0) < SCREEN_MIN_SHARE * min_rel * abs(float(np.median(y))):
+    if rise - max(float(d.max()), 0.0) < SCREEN_MIN_SHARE * min_rel * abs(median(y)):
         return False  # a creep far below any growth the detector reports (a process warming up)
     if (d > 0).mean() < SCREEN_MIN_RISING:
         return stairs(y, d, rise)
