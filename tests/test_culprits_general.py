@@ -164,6 +164,22 @@ def list_on_a_scheduler(model, opt, n):
         sched.step()
 
 
+def storages_kept(model, opt, n):
+    pages = []  # a tensor's storage kept without the tensor: its bytes stay
+    for _ in range(n):
+        pages.append(_step(model, opt)[0].detach().clone().untyped_storage())
+
+
+def typed_storages_kept(model, opt, n):
+    import warnings
+
+    pages = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # TypedStorage is deprecated: still in use
+        for _ in range(n):
+            pages.append(_step(model, opt)[0].detach().clone().storage())
+
+
 def saved_in_memory(model, opt, n):
     import io
 
@@ -183,6 +199,7 @@ def saved_in_memory(model, opt, n):
     (parameters_in_a_list, "plist"), (optimizer_per_step, "opts"), (linked_list, "head.value"),
     (grad_fns_kept, "fns"), (saved_in_memory, "blobs"), (lambda_defaults, "callbacks"),
     (list_on_a_parameter, "0.weight.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
+    (storages_kept, "pages"), (typed_storages_kept, "pages"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()

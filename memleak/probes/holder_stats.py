@@ -195,8 +195,14 @@ class HolderTally:
         st = self._held(a, a.__array_interface__["data"][0], int(a.nbytes), holder, kind, weight, note)
         st.np_arrays += weight
 
+    def _storage(self, s: Any, holder: str, kind: str, weight: float, note: str) -> None:
+        """A tensor's storage kept without its tensor (``t.untyped_storage()``, ``t.storage()``):
+        its bytes and age, counted as a tensor's are."""
+        s = getattr(s, "_untyped_storage", s)  # a TypedStorage wraps one
+        self._held(s, s.data_ptr(), s.nbytes(), holder, kind, weight, note)
+
     def _held(self, obj: Any, key: int, nb: int, holder: str, kind: str, weight: float, note: str) -> HolderStats:
-        """Count `obj` (a tensor, or an array with memory of its own) under `holder`: one more item,
+        """Count `obj` (a tensor, a storage, or an array with memory of its own) under `holder`: one more item,
         its age, and its storage `key` of `nb` bytes."""
         st = self._noted(holder, kind, note)
         st.count += weight
@@ -205,7 +211,7 @@ class HolderTally:
             st.old += weight
         seen = st._storages.get(key)
         if seen is None:
-            device = obj.device.type if isinstance(obj, torch.Tensor) else "cpu"
+            device = obj.device.type if isinstance(obj, (torch.Tensor, torch.UntypedStorage)) else "cpu"
             host = self.device_type is not None and device != self.device_type
             st._storages[key] = [nb, weight, old, host]
         else:

@@ -141,6 +141,8 @@ class Walk(HolderTally):
             self._partial(obj, path, holder, kind, weight, note)
         elif isinstance(obj, torch.optim.Optimizer):
             self._optimizer(obj, path, holder, weight, note)
+        elif issubclass(t, (torch.UntypedStorage, torch.TypedStorage)):
+            self._storage(obj, holder or path, kind, weight, note)
         elif t is memoryview or is_ndarray(t):
             self._view(obj, path, holder, kind, weight, note)
         elif top_package(t) == "pandas" and isinstance(getattr(obj, "_mgr", None), pandas_managers()):
