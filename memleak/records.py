@@ -319,6 +319,7 @@ class RegisteredRow(_Positional):
     grad_bytes: int = 0  # gradients of those parameters
     state_bytes: int = 0  # the optimizer's state for those parameters
     newest: str = ""  # the path of its newest entry (`heads.head_29`)
+    grew: str = ""  # the registry that changed most: "submodules", "parameters" or "buffers" ("": older files)
 
 
 @dataclass(frozen=True, slots=True)

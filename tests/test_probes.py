@@ -41,7 +41,8 @@ def test_the_tracker_records_the_heap_each_step_as_the_step_left_it(tmp_path):
             tracker.step()
     heap = memleak.load(tmp_path / "run").steps["heap_bytes"].to_numpy()
     assert len(heap) == 4
-    assert all(MIB <= d < 1.2 * MIB for d in heap[1:] - heap[:-1]), heap
+    # the kept MiB, give or take what Python frees or keeps beside it (a freed object: tens of bytes)
+    assert all(0.99 * MIB <= d < 1.2 * MIB for d in heap[1:] - heap[:-1]), heap
 
 
 def test_census_counts_a_storage_once_whatever_its_views():

@@ -68,7 +68,7 @@ def _train(model, steps=30):
 def test_the_probe_records_and_the_report_names_a_module_registered_every_step():
     tracker = _train(PerStepHeads(fresh_key=True))
     rows = [r for rec in tracker.run().module_records for r in rec.registered]
-    assert rows and all(r.path == "heads" for r in rows)
+    assert rows and all(r.path == "heads" and r.grew == "submodules" for r in rows)
     last = rows[-1]
     assert last.entries > last.first + 10 and last.newest.startswith("heads.head_")
     assert last.bytes == last.entries * (16 * 2 + 2) * 4 and last.grad_bytes == last.bytes
@@ -83,6 +83,29 @@ def test_a_module_replaced_under_the_same_key_is_no_leak():
         ("heads", 0, 1)
     }
     assert tracker.report().verdict.value != "leak"
+
+
+class BufferPerStep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+        self.calls = 0
+
+    def forward(self, x):
+        out = torch.relu(self.fc(x))
+        self.calls += 1
+        self.register_buffer(f"snap{self.calls}", out.detach().clone())  # a new name each step: all kept
+        return out
+
+
+def test_a_buffer_registered_every_step_on_the_model_is_named_by_its_family_with_the_buffer_fix():
+    tracker = _train(BufferPerStep())
+    last = [r for rec in tracker.run().module_records for r in rec.registered][-1]
+    assert last.path == "<root>" and last.grew == "buffers" and last.newest.startswith("snap")
+    top = tracker.report().suspects[0]
+    assert top.location == "snap*" and top.kind == Kind.CACHED_TENSOR and top.leak, str(tracker.report())
+    assert any("gains registered buffers" in e for e in top.evidence), top.evidence
+    assert "register_buffer" in top.fix and "copy_" in top.fix, top.fix
 
 
 class ListOfLayers(nn.Module):

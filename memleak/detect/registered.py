@@ -1,7 +1,8 @@
-"""Modules that gain registered submodules or parameters step after step (the ``registered`` rows
-of the ``modules`` records): a module created inside forward() or the training loop and assigned
-to the model (`self.heads[f"head_{step}"] = nn.Linear(...)`, `self.blocks.append(...)`,
-`add_module`, `register_parameter`) is kept, with its gradients, for as long as the model lives.
+"""Modules that gain registered submodules, parameters or buffers step after step (the
+``registered`` rows of the ``modules`` records): a module created inside forward() or the training
+loop and assigned to the model (`self.heads[f"head_{step}"] = nn.Linear(...)`,
+`self.blocks.append(...)`, `add_module`, `register_parameter`, `register_buffer` under a new name)
+is kept, with its gradients, for as long as the model lives.
 
 Parameters are no survivors and no attribute the walk names, so without these rows only the
 memory categories (parameters grow) or the heap's growth would say anything, and name nothing.
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..holder_names import family_name
 from ..records import ModulesRecord, RegisteredRow
 from ..schema import Kind
 from ..units import fmt_bytes
@@ -49,27 +51,39 @@ def _entry(findings: Entries, path: str, steps: list[int], series, counts: list[
     )
     bps = max(0.0, size) + max(0.0, grads) + max(0.0, state)
     span = f"steps {steps[0]}-{steps[-1]}"
+    buffers = last.grew == "buffers"
+    grows = last.grew if last.grew in ("submodules", "parameters", "buffers") else "submodules or parameters"
+    where = f"`{path}`" if path != "<root>" else "the model"
     evidence = [
-        f"{path} gains registered submodules or parameters as the run goes: {int(counts[0])} -> "
+        f"{where} gains registered {grows} as the run goes: {int(counts[0])} -> "
         f"{int(counts[-1])} entries over {span} ({trend['slope']:.2g} per step)"
         + (f", the newest {last.newest}" if last.newest else ""),
         f"its parameters and buffers grow {fmt_bytes(max(0.0, size))} per step (now {fmt_bytes(last.bytes)}), "
         f"their gradients {fmt_bytes(max(0.0, grads))} per step (now {fmt_bytes(last.grad_bytes)})"
         + (f", the optimizer's state for them {fmt_bytes(max(0.0, state))} per step" if last.state_bytes else ""),
-        "registered parameters are no tensors a variable keeps: they stay in model.parameters() and "
+        "registered buffers are no tensors a variable keeps: they stay in model.buffers() and state_dict(), "
+        "move with model.to(), and are freed only with the model"
+        if buffers
+        else "registered parameters are no tensors a variable keeps: they stay in model.parameters() and "
         "state_dict(), get gradients, and are freed only with the model",
     ]
-    where = f"`{path}`" if path != "<root>" else "the model"
     newest = f" (newest: `{last.newest}`)" if last.newest else ""
     fix = (
-        f"{where} gets a new submodule or parameter on every step{newest}: a module created inside forward() "
+        f"{where} gets a new buffer on every step{newest}: `register_buffer` under a new name keeps each one "
+        "for as long as the model lives. Register one buffer in __init__ and update it in place "
+        "(`self.buf.copy_(x)`), or keep what you need outside the model, in a bounded "
+        "`collections.deque(maxlen=...)` of detached copies."
+        if buffers
+        else f"{where} gets a new submodule or parameter on every step{newest}: a module created inside forward() "
         "or the training loop and assigned to a module (`self.heads[key] = nn.Linear(...)`, "
         "`.append(...)`, `add_module`, `register_parameter`) is registered, kept and trained forever. "
         "Create modules once in __init__ and reuse them (index a fixed ModuleList/ModuleDict, or call "
         "torch.nn.functional with weights made once); an architecture that must grow should grow rarely "
         "and within a bound."
     )
-    f = entry(findings, path, kind=Kind.CACHED_TENSOR)
+    # the model itself has no path: its new entries' family (`snap*`) is what the user finds in their code
+    location = path if path != "<root>" else family_name(last.newest) or last.newest or path
+    f = entry(findings, location, kind=Kind.CACHED_TENSOR)
     f.update(
         kind=Kind.CACHED_TENSOR,
         leak=True,

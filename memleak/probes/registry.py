@@ -19,8 +19,12 @@ MAX_PATHS = 100_000
 MAX_ROWS = 8
 
 
-def _entries(m) -> int:
-    return len(m._modules) + len(m._parameters) + len(m._buffers)
+#: A module's three registries, in the order `_entries` counts them and rows name them.
+KINDS = ("submodules", "parameters", "buffers")
+
+
+def _entries(m) -> tuple[int, int, int]:
+    return len(m._modules), len(m._parameters), len(m._buffers)
 
 
 def _nbytes(t) -> int:
@@ -34,7 +38,7 @@ class Registry:
     """The number of registered entries of each module path, as first seen."""
 
     def __init__(self) -> None:
-        self.first: dict[str, int] = {}
+        self.first: dict[str, tuple[int, int, int]] = {}
 
     def rows(self, model, optimizer=None) -> tuple[RegisteredRow, ...]:
         """A row for each module whose entries differ in number from when it was first seen."""
@@ -48,16 +52,16 @@ class Registry:
                     self.first[path] = n
                 continue
             if n != first:
-                changed.append((abs(n - first), path, m, first, n))
-        changed.sort(key=lambda c: (-c[0], c[1]))
+                changed.append((path, m, first, n))
+        changed.sort(key=lambda c: (-abs(sum(c[3]) - sum(c[2])), c[0]))
         state = getattr(optimizer, "state", None) or {}
-        return tuple(_row(path, m, first, n, state) for _, path, m, first, n in changed[:MAX_ROWS])
+        return tuple(_row(path, m, first, n, state) for path, m, first, n in changed[:MAX_ROWS])
 
     def clear(self) -> None:
         self.first.clear()
 
 
-def _row(path: str, m, first: int, n: int, state) -> RegisteredRow:
+def _row(path: str, m, first: tuple[int, int, int], n: tuple[int, int, int], state) -> RegisteredRow:
     size = grads = kept = 0
     for p in m.parameters():
         size += _nbytes(p)
@@ -66,10 +70,9 @@ def _row(path: str, m, first: int, n: int, state) -> RegisteredRow:
         kept += sum(_nbytes(v) for v in state_tensors(state, p))
     for b in m.buffers():
         size += _nbytes(b)
-    newest = ""
-    reg = max((m._modules, m._parameters, m._buffers), key=len)  # the registry that grew, most likely
-    if reg:
-        newest = next(reversed(reg))  # dicts keep insertion order: the last one registered
+    grew = max(range(3), key=lambda i: n[i] - first[i])  # the registry that changed most
+    reg = (m._modules, m._parameters, m._buffers)[grew]
+    newest = next(reversed(reg), "")  # dicts keep insertion order: the last one registered
     if newest:
         newest = newest if path == "<root>" else f"{path}.{newest}"
-    return RegisteredRow(path, first, n, size, grads, kept, newest)
+    return RegisteredRow(path, sum(first), sum(n), size, grads, kept, newest, KINDS[grew])

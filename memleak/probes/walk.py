@@ -221,15 +221,9 @@ class Walk(HolderTally):
         fr = reach.generator_frame(obj)
         if fr is not None and not is_internal(fr[0].f_code):
             # a generator's locals are named by their own variables, unless a container holds it
-            self._frame(
-                fr[0],
-                path,
-                holder,
-                kind,
-                weight,
-                f"a local of a suspended generator, reached as {path}",
-                None if holder is not None and "[...]" in path else fr[1],
-            )
+            own = None if holder is not None and "[...]" in path else fr[1]
+            why = f"a local of a suspended generator, reached as {path}"
+            self._frame(fr[0], path, holder, kind, weight, why, own)
 
     def _frame(self, f, path, holder, kind, weight, note, own: str | None = None) -> None:
         """A frame that is not running (a traceback's, a suspended generator's): its locals count
