@@ -1,6 +1,7 @@
 """Culprit naming on shapes of code the scenario corpus does not contain: the general
 mechanisms (reference walk, birth tracking, graph counting) must name the holder."""
 import collections
+import contextvars
 
 import pytest
 import torch
@@ -164,6 +165,15 @@ def list_on_a_scheduler(model, opt, n):
         sched.step()
 
 
+SEEN_OUTPUTS = contextvars.ContextVar("seen_outputs")
+
+
+def context_var_value(model, opt, n):
+    SEEN_OUTPUTS.set([])  # a list in this thread's context, reached through the ContextVar
+    for _ in range(n):
+        SEEN_OUTPUTS.get().append(_step(model, opt)[0].detach())
+
+
 def storages_kept(model, opt, n):
     pages = []  # a tensor's storage kept without the tensor: its bytes stay
     for _ in range(n):
@@ -199,7 +209,7 @@ def saved_in_memory(model, opt, n):
     (parameters_in_a_list, "plist"), (optimizer_per_step, "opts"), (linked_list, "head.value"),
     (grad_fns_kept, "fns"), (saved_in_memory, "blobs"), (lambda_defaults, "callbacks"),
     (list_on_a_parameter, "0.weight.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
-    (storages_kept, "pages"), (typed_storages_kept, "pages"),
+    (storages_kept, "pages"), (typed_storages_kept, "pages"), (context_var_value, "SEEN_OUTPUTS"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()

@@ -9,6 +9,7 @@ from memleak.probes.stores import find_store, leaf_name, store_line
 
 SOURCE = textwrap.dedent('''
     import collections
+    import contextvars
 
     def train(model, batches):
         history = []
@@ -29,6 +30,11 @@ SOURCE = textwrap.dedent('''
             self.cache = y
             self.log["y"].append(y)
             return y
+
+    SEEN = contextvars.ContextVar("seen")
+
+    def remember(t):
+        SEEN.get().append(t)
 ''')
 
 
@@ -44,11 +50,13 @@ def test_the_adding_line_is_found_and_initialisations_are_not(tmp_path):
     path.write_text(SOURCE)
     lines = SOURCE.splitlines()
     at = {name: 1 + next(i for i, text in enumerate(lines) if needle in text) for name, needle in
-          [("append", "history.append"), ("total", "total +="), ("cache", "self.cache = y"), ("log", "self.log[")]}
+          [("append", "history.append"), ("total", "total +="), ("cache", "self.cache = y"), ("log", "self.log["),
+           ("seen", "SEEN.get().append")]}
     assert store_line(str(path), 1, 100, "history") == at["append"]
     assert store_line(str(path), 1, 100, "total") == at["total"]
     assert store_line(str(path), 1, 100, "blocks.0.cache") == at["cache"]  # not `self.cache = None`
     assert store_line(str(path), 1, 100, "layer.log['y']") == at["log"]
+    assert store_line(str(path), 1, 100, "SEEN") == at["seen"]  # into the ContextVar's value, not its creation
     assert store_line(str(path), 1, 100, "nowhere") is None
     assert store_line(str(path), 12, 100, "history") is None  # outside the span searched
     assert find_store("history", [(str(path), 1, 100)]) == f"train.py:{at['append']}"

@@ -34,10 +34,14 @@ def leaf_name(holder: str) -> str:
 
 
 def _ends_in(node: ast.AST, leaf: str) -> bool:
-    """`leaf`, `x.leaf`, `leaf[k]`, `x.leaf[k][j]` ..."""
-    while isinstance(node, ast.Subscript):
-        node = node.value
+    """`leaf`, `x.leaf`, `leaf[k]`, `x.leaf[k][j]`, `leaf.get()` (a ContextVar's value, a dict's) ..."""
+    while isinstance(node, ast.Subscript) or _is_get(node):
+        node = node.value if isinstance(node, ast.Subscript) else node.func.value  # type: ignore[attr-defined]
     return (isinstance(node, ast.Name) and node.id == leaf) or (isinstance(node, ast.Attribute) and node.attr == leaf)
+
+
+def _is_get(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
 
 
 def _is_empty(value: ast.AST | None) -> bool:

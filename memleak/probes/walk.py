@@ -8,6 +8,7 @@ Split from `holders`, which picks the roots (`holders.walk_roots`) and runs the 
 from __future__ import annotations
 
 import collections
+import contextvars
 import itertools
 import types
 import weakref
@@ -135,6 +136,8 @@ class Walk(HolderTally):
             # its keys are weak, its values strong: a value that keeps its key alive (a graph, an
             # attribute) keeps both for as long as the dictionary lives
             self._sequence(list(obj.values()), path, holder, kind, weight, note)
+        elif isinstance(obj, contextvars.ContextVar):  # its value in this thread's context
+            self.push(obj.get(None), path, holder, kind, weight, note or f"the value of ContextVar {obj.name!r}")
         elif isinstance(obj, LRU_CACHES):
             self._lru_cache(obj, path, holder, weight, note)
         elif t.__name__ == "partial" and hasattr(obj, "func"):
