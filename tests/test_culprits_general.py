@@ -174,6 +174,16 @@ def context_var_value(model, opt, n):
         SEEN_OUTPUTS.get().append(_step(model, opt)[0].detach())
 
 
+def queue_nobody_reads(model, opt, n):
+    import multiprocessing
+
+    q = multiprocessing.Queue()
+    q.cancel_join_thread()  # the pipe fills: the test process must not wait for the feeder at exit
+    for _ in range(n):
+        _step(model, opt)
+        q.put(torch.randn(128, 256).numpy())  # 128 KiB a step; the pipe takes 64 KiB, the rest stays here
+
+
 def storages_kept(model, opt, n):
     pages = []  # a tensor's storage kept without the tensor: its bytes stay
     for _ in range(n):
@@ -210,6 +220,7 @@ def saved_in_memory(model, opt, n):
     (grad_fns_kept, "fns"), (saved_in_memory, "blobs"), (lambda_defaults, "callbacks"),
     (list_on_a_parameter, "0.weight.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
     (storages_kept, "pages"), (typed_storages_kept, "pages"), (context_var_value, "SEEN_OUTPUTS"),
+    (queue_nobody_reads, "q"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()
@@ -254,9 +265,10 @@ def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
 
 @pytest.mark.parametrize("loop, says", [
     (linked_list, "`head` is a chain of objects"),
+    (queue_nobody_reads, "`q` is a multiprocessing.Queue that nothing empties"),
     (optimizer_per_step, "keeps optimizers besides the tracked one"),
 ])
-def test_chains_and_kept_optimizers_are_told_how_to_cut_them(loop, says):
+def test_chains_kept_optimizers_and_unread_queues_are_told_how_to_cut_them(loop, says):
     model, opt = _model_and_optimizer()
     with memleak.track(model, optimizer=opt) as tracker:
         loop(model, opt, 40)

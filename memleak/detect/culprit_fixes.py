@@ -25,6 +25,8 @@ def culprit_fix(
     have memory of their own ("own")."""
     if kind == Kind.RETAINED_GRAPH:
         return _retained_graph_fix(holder, chained, same_object)
+    if hkind == "mp_queue":  # nothing reads the queue: what the items are is beside the point
+        return _lifetime_fix(holder, hkind, "")
     if arrays == "own":
         return (
             f"`{holder}` keeps numpy arrays that grow in number or size every step, all in host memory "
@@ -164,6 +166,12 @@ _LIFETIME_FIXES = {
         "a bounded queue, join a step's thread before starting the next, or give it what it needs as "
         "a detached host copy{grad}."
     ),
+    "mp_queue": (
+        "`{holder}` is a multiprocessing.Queue that nothing empties: each put() stays in this process "
+        "until the queue's feeder thread has sent it, and with no reader (or a slow one) the pipe fills "
+        "and every later item stays here. Make sure a consumer runs and keeps up (`q.get()`), "
+        "give the queue a bound (`Queue(maxsize=...)`: put() then waits), or put only what is read{grad}."
+    ),
     "default_arg": (
         "`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
         "it stays alive for the life of the function. Default to `None` and create the container inside the "
@@ -174,7 +182,8 @@ _LIFETIME_FIXES = {
 
 def _lifetime_fix(holder: str, hkind: str, grad: str) -> str:
     """The fix for a holder that lives as long as a function, a registry or a running thread (an
-    lru_cache, a finalizer, a mutable default argument, a thread's arguments), else ''."""
+    lru_cache, a finalizer, a mutable default argument, a thread's arguments, a multiprocessing
+    Queue's buffer), else ''."""
     fix = _LIFETIME_FIXES.get(hkind)
     return fix.format(holder=holder, grad=grad) if fix else ""
 

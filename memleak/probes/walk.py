@@ -29,6 +29,8 @@ from .walk_scope import (
     HOOK_DICTS,
     LRU_CACHES,
     MODULE_SKIP,
+    MP_QUEUE_NOTE,
+    MP_QUEUES,
     SCALARS,
     SEQ_SAMPLE,
     SEQUENCES,
@@ -138,6 +140,8 @@ class Walk(HolderTally):
             self._sequence(list(obj.values()), path, holder, kind, weight, note)
         elif isinstance(obj, contextvars.ContextVar):  # its value in this thread's context
             self.push(obj.get(None), path, holder, kind, weight, note or f"the value of ContextVar {obj.name!r}")
+        elif isinstance(obj, MP_QUEUES):  # what was put() and not yet sent: its feeder thread's buffer
+            self._sequence(list(obj._buffer), path, holder or path, "mp_queue", weight, note or MP_QUEUE_NOTE)
         elif isinstance(obj, LRU_CACHES):
             self._lru_cache(obj, path, holder, weight, note)
         elif t.__name__ == "partial" and hasattr(obj, "func"):
@@ -365,14 +369,8 @@ class Walk(HolderTally):
         for k, child in d.get("_modules", {}).items():
             if child is not None:
                 cp = f"{path}.{k}" if path else k
-                self.push(
-                    child,
-                    cp,
-                    None if self.module_names.get(id(child)) else child_holder(holder, path, k),
-                    kind,
-                    weight,
-                    note,
-                )
+                h = None if self.module_names.get(id(child)) else child_holder(holder, path, k)
+                self.push(child, cp, h, kind, weight, note)
 
     def _hooks(self, hooks, where: str, hk: str, weight: float) -> None:
         """The hooks in one hook dict of a module or a parameter (`hk`: the dict's name)."""

@@ -9,6 +9,7 @@ import collections
 import functools
 import gc
 import itertools
+import multiprocessing.queues
 import sys
 import warnings
 from typing import Any
@@ -189,6 +190,12 @@ def is_ndarray(t: type) -> bool:
 def is_view_of(base: Any) -> bool:
     """Whether an array's `base` is where its memory is counted (an array, a memoryview, a tensor)."""
     return base is not None and (type(base) is memoryview or is_ndarray(type(base)) or isinstance(base, torch.Tensor))
+
+
+#: multiprocessing's queues: put() hands each item to a feeder thread that sends it to the reading
+#: process; until then (no reader, a slow one, a full pipe) this process keeps it in `_buffer`.
+MP_QUEUES = (multiprocessing.queues.Queue,)
+MP_QUEUE_NOTE = "put on a multiprocessing.Queue that nothing empties: kept until its feeder thread sends it"
 
 
 def opened_inside(t: type) -> bool:
