@@ -141,7 +141,8 @@ class Walk(HolderTally):
         elif isinstance(obj, contextvars.ContextVar):  # its value in this thread's context
             self.push(obj.get(None), path, holder, kind, weight, note or f"the value of ContextVar {obj.name!r}")
         elif isinstance(obj, MP_QUEUES):  # what was put() and not yet sent: its feeder thread's buffer
-            self._sequence(list(obj._buffer), path, holder or path, "mp_queue", weight, note or MP_QUEUE_NOTE)
+            items = list(getattr(obj, "_buffer", ()))
+            self._sequence(items, path, holder or path, "mp_queue", weight, note or MP_QUEUE_NOTE)
         elif isinstance(obj, LRU_CACHES):
             self._lru_cache(obj, path, holder, weight, note)
         elif t.__name__ == "partial" and hasattr(obj, "func"):
