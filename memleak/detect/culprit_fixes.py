@@ -26,7 +26,7 @@ def culprit_fix(
     if kind == Kind.RETAINED_GRAPH:
         return _retained_graph_fix(holder, chained, same_object)
     if hkind == "mp_queue":  # nothing reads the queue: what the items are is beside the point
-        return _lifetime_fix(holder, hkind, "")
+        return queue_fix(holder, hkind)
     if arrays == "own":
         return (
             f"`{holder}` keeps numpy arrays that grow in number or size every step, all in host memory "
@@ -178,6 +178,12 @@ _LIFETIME_FIXES = {
         "function, or pass it in explicitly and clear it{grad}."
     ),
 }
+
+
+def queue_fix(holder: str, hkind: str) -> str:
+    """The fix for what a multiprocessing Queue buffers because nothing reads it (tensors or plain
+    data alike), else ''."""
+    return _lifetime_fix(holder, hkind, "") if hkind == "mp_queue" else ""
 
 
 def _lifetime_fix(holder: str, hkind: str, grad: str) -> str:

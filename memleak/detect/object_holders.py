@@ -22,7 +22,7 @@ from ..records import HoldersRecord
 from ..run import HOST_COLUMNS, Run
 from ..schema import Kind
 from ..units import fmt_bytes
-from .culprit_fixes import jit_fix
+from .culprit_fixes import jit_fix, queue_fix
 from .culprit_table import Entries, entry
 from .growth import Growth, analyze_growth
 from .holder_growth import _WHERE, _col, _series
@@ -130,7 +130,7 @@ def _entry(
 
 def data_fix(holder: str, hkind: str) -> str:
     """What to keep instead of every step's Python objects, or how to bound or clear them."""
-    return jit_fix(holder, hkind) or _objects_fix(holder, hkind)
+    return jit_fix(holder, hkind) or queue_fix(holder, hkind) or _objects_fix(holder, hkind)
 
 
 def _objects_fix(holder: str, hkind: str) -> str:
