@@ -184,6 +184,29 @@ def queue_nobody_reads(model, opt, n):
         q.put(torch.randn(128, 256).numpy())  # 128 KiB a step; the pipe takes 64 KiB, the rest stays here
 
 
+def remember_on_the_function(model, opt, n):
+    def keep(t):
+        keep.seen.append(t)  # an attribute hung on the function: it lives as long as the function
+
+    keep.seen = []
+    for _ in range(n):
+        keep(_step(model, opt)[0].detach())
+
+
+def chained_iterators(model, opt, n):
+    import itertools
+
+    pending = iter(())
+    for _ in range(n):  # each step wraps the last chain: the tuple iterators inside keep every item
+        pending = itertools.chain(pending, [_step(model, opt)[0].detach()])
+
+
+def chain_map_children(model, opt, n):
+    scopes = collections.ChainMap()
+    for _ in range(n):
+        scopes = scopes.new_child({"out": _step(model, opt)[0].detach()})
+
+
 def storages_kept(model, opt, n):
     pages = []  # a tensor's storage kept without the tensor: its bytes stay
     for _ in range(n):
@@ -220,7 +243,8 @@ def saved_in_memory(model, opt, n):
     (grad_fns_kept, "fns"), (saved_in_memory, "blobs"), (lambda_defaults, "callbacks"),
     (list_on_a_parameter, "0.weight.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
     (storages_kept, "pages"), (typed_storages_kept, "pages"), (context_var_value, "SEEN_OUTPUTS"),
-    (queue_nobody_reads, "q"),
+    (queue_nobody_reads, "q"), (remember_on_the_function, "keep.seen"), (chained_iterators, "pending"),
+    (chain_map_children, "scopes.maps"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()

@@ -34,7 +34,6 @@ from .walk_scope import (
     SCALARS,
     SEQ_SAMPLE,
     SEQUENCES,
-    SKIP_PACKAGES,
     TENSOR_HOOK_DICTS,
     c_fields,
     c_note,
@@ -44,6 +43,7 @@ from .walk_scope import (
     is_view_of,
     opened_inside,
     pandas_managers,
+    skipped,
     top_package,
 )
 
@@ -161,7 +161,7 @@ class Walk(HolderTally):
             self._graph_node(obj, holder or path, kind, weight, note)
             if opened_inside(t):  # a custom Function's ctx: what it stores as attributes
                 self._attrs(obj, path, holder, kind, weight, note)
-        elif isinstance(obj, _OPAQUE) or top_package(t) in SKIP_PACKAGES:
+        elif isinstance(obj, _OPAQUE) or skipped(t):
             if kind == "hook" or opened_inside(t):
                 # a hook object and what it keeps (a pruning mask), an autograd ctx, a DataLoader...
                 self._attrs(obj, path, holder, kind, weight, note)
@@ -214,6 +214,8 @@ class Walk(HolderTally):
             for name, value in itertools.chain(closure_items(fn), default_items(fn)):
                 self.push(value, f"{path}.{name}", holder, kind, weight, note or f"captured by {fn_name(fn)}")
             return
+        for k, v in getattr(fn, "__dict__", {}).items():  # what code hung on it (`train_step.seen = []`)
+            self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
         # a function reached by name: its cells are variables of the enclosing function, which may
         # have returned long ago; name them by variable and owner, not as attributes of the function
         for name, value in closure_items(fn):

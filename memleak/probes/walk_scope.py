@@ -107,13 +107,26 @@ def top_package(obj_type: type) -> str:
     return (getattr(obj_type, "__module__", None) or "builtins").partition(".")[0]
 
 
+#: Iterators of builtin containers (``iter(x)``, ``zip``, ``map``, ``enumerate``, ``reversed``,
+#: ``filter``): C objects that keep what they iterate over. Builtins are skipped, these are not: an
+#: ``itertools.chain`` wrapped around the last one each step keeps every item through them.
+_EMPTY_ITERATORS: tuple[Any, ...] = (iter(()), iter([]), reversed([]), iter({}), iter({}.values()), iter(set()))
+_BUILTIN_ITERATORS = frozenset(map(type, _EMPTY_ITERATORS)) | {type(iter({}.items())), zip, map, enumerate, filter}
+
+
+def skipped(t: type) -> bool:
+    """Whether the walk leaves objects of type `t` unopened: a type of a package it skips (the
+    iterators of builtin containers aside)."""
+    return top_package(t) in SKIP_PACKAGES and t not in _BUILTIN_ITERATORS
+
+
 def c_fields(obj) -> list:
     """What an object of a C type keeps in fields that have no names, as the garbage collector
     sees them: ``itertools.cycle`` keeps every item it has yielded (to replay them), ``itertools.tee``
     the items one of its iterators has not read yet. Empty for an object with a ``__dict__`` or
     ``__slots__`` (its fields have names) and for the types of the packages the walk skips."""
     t = type(obj)
-    if hasattr(obj, "__dict__") or getattr(t, "__slots__", None) or top_package(t) in SKIP_PACKAGES:
+    if hasattr(obj, "__dict__") or getattr(t, "__slots__", None) or skipped(t):
         return []
     if t is _TEE:
         unread = tee_unread(obj)
@@ -202,7 +215,7 @@ def opened_inside(t: type) -> bool:
     """Whether an object of a skipped package (torch, logging) is still walked: an autograd ctx (it
     may store tensors), a DataLoader or Dataset (its dataset may cache tensors), a Subset, a
     distribution (its parameters: the user's tensors, with their graphs), an LR scheduler (what
-    code hangs on it), a logger and its handlers and records..."""
+    code hangs on it), a ChainMap, a logger and its handlers and records..."""
     return (
         issubclass(t, torch.autograd.function.BackwardCFunction)
         or t.__module__.startswith(_OPENED_MODULES)
@@ -210,8 +223,9 @@ def opened_inside(t: type) -> bool:
     )
 
 
-#: torch's modules whose objects hold the user's tensors or what code hangs on them.
-_OPENED_MODULES = ("torch.utils.data", "torch.distributions", "torch.optim.lr_scheduler")
+#: Modules of skipped packages whose objects hold the user's tensors or what code hangs on them
+#: (torch's; collections' ChainMap, UserDict and UserList keep what they hold in attributes).
+_OPENED_MODULES = ("torch.utils.data", "torch.distributions", "torch.optim.lr_scheduler", "collections")
 
 
 def _is_logging_holder(t: type) -> bool:
