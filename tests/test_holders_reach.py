@@ -665,3 +665,22 @@ def test_tensors_kept_through_a_weakref_finalize_callback_are_named_by_its_owner
     finally:
         for f in finalizers:
             f()
+
+
+def test_a_library_global_found_by_referrers_is_named_after_its_module_and_a_user_global_is_not(tmp_path):
+    import site
+    import types
+    import weakref
+
+    from memleak.probes.referrers import name_by_referrers
+
+    def module(name: str, file: str) -> types.ModuleType:
+        m = types.ModuleType(name)
+        m.__file__ = file
+        m._CACHE = [torch.ones(3)]  # a list in the module's globals, as `_CACHE.append(t)` leaves it
+        return m
+
+    library = module("somelib.metrics", f"{site.getsitepackages()[0]}/somelib/metrics.py")
+    mine = module("my_helpers", str(tmp_path / "my_helpers.py"))
+    assert name_by_referrers(weakref.ref(library._CACHE[0])) == "somelib.metrics._CACHE"
+    assert name_by_referrers(weakref.ref(mine._CACHE[0])) == "_CACHE"  # the user's own code: its name

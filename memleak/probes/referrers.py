@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .frames import is_user_file
 from .reach import frame_holder, stack_ids
 
 
@@ -93,11 +94,11 @@ def name_by_referrers(ref, depth: int = 6) -> str:
                 ours.add(id(owners))
                 owner = next((o for o in owners if getattr(o, "__dict__", None) is r), None)
                 if isinstance(owner, types.ModuleType) and key is not None:  # a module's global
-                    return _joined([_key(key), *chain])
+                    return _joined([_global(r, key), *chain])
                 if owner is not None:
                     return _joined([_type_name(owner), *([_key(key)] if key is not None else []), *chain])
                 if "__name__" in r and key is not None:  # a module's globals
-                    return _joined([_key(key), *chain])
+                    return _joined([_global(r, key), *chain])
                 found = r
                 if key is not None:
                     chain.insert(0, _key(key))
@@ -117,6 +118,15 @@ def name_by_referrers(ref, depth: int = 6) -> str:
             return ""
         target = found
     return ""
+
+
+def _global(module_globals: dict, key: Any) -> str:
+    """A module global as a part of a holder's name: bare in the user's own code, after its module's
+    name in a library's (``somelib.metrics._CACHE``: code the user did not write, found by name)."""
+    module, file = module_globals.get("__name__"), module_globals.get("__file__")
+    if isinstance(module, str) and module != "__main__" and isinstance(file, str) and not is_user_file(file):
+        return f"{module}.{_key(key)}"
+    return _key(key)
 
 
 def _key(key: Any) -> str:
