@@ -1,6 +1,8 @@
 """Small CPU models and data shared by the scenarios."""
 from __future__ import annotations
 
+import io
+
 import torch
 from torch import nn
 
@@ -44,3 +46,10 @@ class TinyTransformer(nn.Module):
 
     def forward(self, tokens):
         return self.head(self.encoder(self.embed(tokens)))
+
+
+def state_to_bytes(state: dict) -> bytes:
+    """A state dict serialized as bytes (``torch.save`` into memory), as a learner sends it to an actor."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()

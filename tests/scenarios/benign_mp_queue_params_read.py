@@ -12,15 +12,9 @@ import multiprocessing
 import torch
 from torch import nn
 
-from ._common import MLP, batch, seed
+from ._common import MLP, batch, seed, state_to_bytes
 
 EXPECTED = {"verdict": "clean", "kind": None, "location": None, "top": 0}
-
-
-def state_to_bytes(state: dict) -> bytes:
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    return buf.getvalue()
 
 
 def run(tracker_factory, steps=30):

@@ -8,21 +8,14 @@ queue "keep growing, and can consume all the RAM"; "Similar issue was reported f
 queues are used with big items in https://bugs.python.org/issue23582"; the fix drains the queue
 and keeps only the last item).
 """
-import io
 import multiprocessing
 
 import torch
 from torch import nn
 
-from ._common import MLP, batch, seed
+from ._common import MLP, batch, seed, state_to_bytes
 
 EXPECTED = {"verdict": "leak", "kind": "python_objects", "location": "parameters_queue", "top": 1}
-
-
-def state_to_bytes(state: dict) -> bytes:
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    return buf.getvalue()
 
 
 def run(tracker_factory, steps=30):
