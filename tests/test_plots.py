@@ -214,6 +214,23 @@ def test_holders_over_time_is_a_figure_of_bytes_tensors_and_nodes():
     assert plot_holders(Run(run.meta, run.steps, records=run.records)).axes[1].get_ylabel() == "tensors and numpy arrays"
 
 
+def test_a_holder_of_plain_python_data_is_drawn_with_its_bytes_and_objects():
+    from memleak.report.figures import holders_figure
+    from memleak.report.plots import plot_holders
+
+    run = _run_with_categories_and_holders()
+    for rec in run.records["holders"]:  # a queue of bytes: no tensor, its data's bytes and items
+        h = rec["holders"][0]
+        h.update(objects=h.pop("count"), obj_bytes=h.pop("bytes"), nodes=0)
+    run = Run(run.meta, run.steps, records=run.records)
+    fig = plot_holders(run)
+    assert [ax.get_ylabel() for ax in fig.axes[:2]] == ["held (MiB)", "tensors and Python objects"]
+    assert list(fig.axes[0].get_lines()[0].get_ydata()) == [2 * s for s in range(0, 60, 6)]
+    assert list(fig.axes[1].get_lines()[0].get_ydata()) == list(range(0, 60, 6))
+    assert "history" in [c.get_label() for c in plot_run(run).axes[0].collections]  # a layer of the picture
+    assert holders_figure(analyze(run)).layout.yaxis2.title.text == "tensors and Python objects"
+
+
 def test_node_counts_that_stopped_at_their_cap_are_drawn_hollow_and_labelled_lower_bounds():
     from memleak.report.figures import holders_figure
     from memleak.report.plots import plot_holders

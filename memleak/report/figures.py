@@ -174,7 +174,8 @@ def holders_figure(report) -> Any:
                 col=1,
             )
     fig.update_layout(_layout("what each top holder keeps, at each reference walk", unit, height=560))
-    for row, label in enumerate((f"bytes ({unit})", "tensors", S.nodes_label(tables).replace("\n", "<br>")), 1):
+    labels = (f"bytes ({unit})", S.count_label(report.run, names), S.nodes_label(tables).replace("\n", "<br>"))
+    for row, label in enumerate(labels, 1):
         fig.update_yaxes(title_text=label, rangemode="tozero", row=row, col=1)
     fig.update_xaxes(title_text="step", row=3, col=1)
     return fig

@@ -155,23 +155,27 @@ def holder_color(holders: list[str], name: str) -> str:
 
 
 def holder_series(run, names: list[str]) -> dict[str, pd.DataFrame]:
-    """Each named holder over the walks: a table of step, bytes, count, nodes (0 on a walk
-    that did not find it) and capped (1 where the node count stopped at its cap: a lower bound)."""
+    """Each named holder over the walks: a table of step, bytes and count (its tensors' and its
+    plain Python data's: a queue of bytes, a list of floats), nodes (0 on a walk that did not find
+    it) and capped (1 where the node count stopped at its cap: a lower bound)."""
     records = getattr(run, "holders", [])
     out: dict[str, pd.DataFrame] = {}
     for name in names:
         rows = []
         for rec in records:
             h = next((h for h in rec.holders if h.holder == name), None)
-            rows.append((rec.step, 0, 0, 0, 0) if h is None else (rec.step, h.bytes, h.count, h.nodes, h.capped))
+            held = (h.bytes + h.obj_bytes, h.count + h.objects) if h is not None else (0, 0)
+            rows.append((rec.step, 0, 0, 0, 0) if h is None else (rec.step, *held, h.nodes, h.capped))
         out[name] = pd.DataFrame(rows, columns=["step", "bytes", "count", "nodes", "capped"], dtype=float)
     return out
 
 
 def count_label(run, names: list[str]) -> str:
-    """The count axis' label: tensors, or tensors and numpy arrays where a named holder keeps arrays."""
-    arrays = any(h.np_arrays for rec in getattr(run, "holders", []) for h in rec.holders if h.holder in names)
-    return "tensors and numpy arrays" if arrays else "tensors"
+    """The count axis' label: tensors, and numpy arrays and Python objects where a named holder keeps them."""
+    rows = [h for rec in getattr(run, "holders", []) for h in rec.holders if h.holder in names]
+    arrays, objects = any(h.np_arrays for h in rows), any(h.objects for h in rows)
+    kinds = ["tensors"] + ["numpy arrays"] * arrays + ["Python objects"] * objects
+    return " and ".join(kinds) if len(kinds) < 3 else "tensors, numpy arrays and Python objects"
 
 
 NODES_CAPPED = "autograd nodes\n(hollow: a lower bound)"
