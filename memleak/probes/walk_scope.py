@@ -110,8 +110,16 @@ def top_package(obj_type: type) -> str:
 #: Iterators of builtin containers (``iter(x)``, ``zip``, ``map``, ``enumerate``, ``reversed``,
 #: ``filter``): C objects that keep what they iterate over. Builtins are skipped, these are not: an
 #: ``itertools.chain`` wrapped around the last one each step keeps every item through them.
-_EMPTY_ITERATORS: tuple[Any, ...] = (iter(()), iter([]), reversed([]), iter({}), iter({}.values()), iter(set()))
-_BUILTIN_ITERATORS = frozenset(map(type, _EMPTY_ITERATORS)) | {type(iter({}.items())), zip, map, enumerate, filter}
+_EMPTY_ITERATORS: tuple[Any, ...] = (
+    iter(()),
+    iter([]),
+    reversed([]),
+    iter({}),
+    iter({}.values()),
+    iter({}.items()),
+    iter(set()),
+)
+_BUILTIN_ITERATORS = frozenset(map(type, _EMPTY_ITERATORS)) | {zip, map, enumerate, filter}
 
 
 def skipped(t: type) -> bool:
