@@ -207,6 +207,22 @@ def chain_map_children(model, opt, n):
         scopes = scopes.new_child({"out": _step(model, opt)[0].detach()})
 
 
+def bytes_gathered(model, opt, n):
+    raw = bytearray()  # one buffer, grown in place: no container of items
+    for _ in range(n):
+        _step(model, opt)
+        raw += torch.randn(64, 256).numpy().tobytes()  # 64 KiB a step
+
+
+def bytes_written(model, opt, n):
+    import io
+
+    sink = io.BytesIO()
+    for _ in range(n):
+        _step(model, opt)
+        sink.write(torch.randn(64, 256).numpy().tobytes())
+
+
 def storages_kept(model, opt, n):
     pages = []  # a tensor's storage kept without the tensor: its bytes stay
     for _ in range(n):
@@ -244,7 +260,7 @@ def saved_in_memory(model, opt, n):
     (list_on_a_parameter, "0.weight.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
     (storages_kept, "pages"), (typed_storages_kept, "pages"), (context_var_value, "SEEN_OUTPUTS"),
     (queue_nobody_reads, "q"), (remember_on_the_function, "keep.seen"), (chained_iterators, "pending"),
-    (chain_map_children, "scopes.maps"),
+    (chain_map_children, "scopes.maps"), (bytes_gathered, "raw"), (bytes_written, "sink"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()
@@ -290,6 +306,7 @@ def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
 @pytest.mark.parametrize("loop, says", [
     (linked_list, "`head` is a chain of objects"),
     (queue_nobody_reads, "`q` is a multiprocessing.Queue that nothing empties"),
+    (bytes_gathered, "`raw` is one buffer that grows every step"),
     (optimizer_per_step, "keeps optimizers besides the tracked one"),
 ])
 def test_chains_kept_optimizers_and_unread_queues_are_told_how_to_cut_them(loop, says):

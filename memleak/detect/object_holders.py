@@ -91,7 +91,7 @@ def _entry(
         confidence=max(f["confidence"], min(tr["confidence"], host.confidence + 0.3) if host else 0.6),
         bps=max(f["bps"], tr["slope"]),
         total=max(f["total"], nbytes[-1]),
-        fix=data_fix(name, hkind),
+        fix=buffer_fix(name) if one_buffer(objects, hkind) else data_fix(name, hkind),
         data={
             **f["data"],
             "holder_kind": hkind,
@@ -107,11 +107,17 @@ def _entry(
         if hkind == "jit"
         else "Python objects (items of plain data: numbers, strings, bytes, lists or dicts of them; no tensor)"
     )
-    f["evidence"].append(
-        f"{what} holds {int(round(objects[-1]))} {items} of about {fmt_bytes(nbytes[-1])} at step {steps[-1]}, "
-        f"up from {int(round(objects[0]))} at step {steps[0]}: ~{fmt_bytes(tr['slope'])} per step "
-        f"(sizes estimated from the items at its ends)"
-    )
+    if one_buffer(objects, hkind):
+        f["evidence"].append(
+            f"{what} is one buffer of plain data (a bytearray, BytesIO or array) of {fmt_bytes(nbytes[-1])} at step "
+            f"{steps[-1]}, up from {fmt_bytes(nbytes[0])} at step {steps[0]}: ~{fmt_bytes(tr['slope'])} per step"
+        )
+    else:
+        f["evidence"].append(
+            f"{what} holds {int(round(objects[-1]))} {items} of about {fmt_bytes(nbytes[-1])} at step {steps[-1]}, "
+            f"up from {int(round(objects[0]))} at step {steps[0]}: ~{fmt_bytes(tr['slope'])} per step "
+            f"(sizes estimated from the items at its ends)"
+        )
     if host is None:
         f["evidence"].append(
             "host memory does not show it yet (the process reuses memory it freed earlier), but at this rate it must"
@@ -125,6 +131,21 @@ def _entry(
             if alone
             else ""
         )
+    )
+
+
+def one_buffer(objects, hkind: str) -> bool:
+    """Whether a holder's plain data was one object at every walk (a buffer growing in place; not
+    a traced function, whose graph is what grows)."""
+    return hkind != "jit" and bool(len(objects)) and max(objects) <= 1
+
+
+def buffer_fix(holder: str) -> str:
+    """What to do with one buffer of plain data that grows every step."""
+    return (
+        f"`{holder}` is one buffer that grows every step (`+=`, `.write()`, `.extend()`), all in host memory "
+        f"for the whole run: write what it gathers to disk as it comes (a file, your logger) and empty it "
+        f"(`del {holder}[:]`, or `seek(0)` and `truncate()` for a BytesIO), or keep only what you need."
     )
 
 

@@ -15,7 +15,7 @@ import torch
 from ..records import HolderRow
 from .graphs import GraphInfo, Roots, graph_info, roots_of
 from .identity import Ages, tensor_nbytes
-from .pydata import data_size
+from .pydata import data_size, item_size
 from .walk_scope import NAME_ALL_UP_TO
 
 #: Of a holder's graphs, the first this many are kept for `_finish` to measure (the rest counted).
@@ -142,6 +142,13 @@ class HolderTally:
         st.objects += sized[0] * weight
         st.obj_bytes += sized[1] * weight
         return True
+
+    def _buffer(self, obj: Any, holder: str, kind: str, weight: float, note: str) -> None:
+        """A buffer of plain data held by itself (a bytearray or BytesIO written to every step): one
+        object, and its bytes (which grow where the buffer does)."""
+        st = self._noted(holder, kind, note)
+        st.objects += weight
+        st.obj_bytes += (item_size(obj) or 0) * weight
 
     def _estimated(self, holder: str) -> None:
         self._stats(holder, "").estimated = True

@@ -31,6 +31,7 @@ from .walk_scope import (
     MODULE_SKIP,
     MP_QUEUE_NOTE,
     MP_QUEUES,
+    PLAIN_BUFFERS,
     SCALARS,
     SEQ_SAMPLE,
     SEQUENCES,
@@ -108,8 +109,7 @@ class Walk(HolderTally):
         q.clear()
         for name, why in self.piled_hooks.items():
             # the hooks piling up are the cause, however the walk first reached what they keep
-            st = self.holders.get(name)
-            if st is not None:
+            if (st := self.holders.get(name)) is not None:
                 st.kind, st.note = "piled_hook", why
         self._finish()
         fold_families(self)
@@ -151,6 +151,8 @@ class Walk(HolderTally):
             self._optimizer(obj, path, holder, weight, note)
         elif issubclass(t, (torch.UntypedStorage, torch.TypedStorage)):
             self._storage(obj, holder or path, kind, weight, note)
+        elif t in PLAIN_BUFFERS:  # one object of plain data that grows in place (`raw += chunk`)
+            self._buffer(obj, holder or path, kind, weight, note)
         elif t is memoryview or is_ndarray(t):
             self._view(obj, path, holder, kind, weight, note)
         elif top_package(t) == "pandas" and isinstance(getattr(obj, "_mgr", None), pandas_managers()):
@@ -196,8 +198,7 @@ class Walk(HolderTally):
             self._sequence(obj.ravel(), path, holder or path, kind, weight, note)
 
     def _lru_cache(self, fn, path, holder, weight, note) -> None:
-        kept = reach.lru_cache_items(fn)
-        if kept:
+        if kept := reach.lru_cache_items(fn):
             why = f"kept by the functools.lru_cache of {fn_name(fn)}(): each result, as long as the function lives"
             self._sequence(kept, path, holder or path, "lru_cache", weight, note or why)
 
@@ -232,8 +233,7 @@ class Walk(HolderTally):
         if fr is not None and not is_internal(fr[0].f_code):
             # a generator's locals are named by their own variables, unless a container holds it
             own = None if holder is not None and "[...]" in path else fr[1]
-            why = f"a local of a suspended generator, reached as {path}"
-            self._frame(fr[0], path, holder, kind, weight, why, own)
+            self._frame(fr[0], path, holder, kind, weight, f"a local of a suspended generator, reached as {path}", own)
 
     def _frame(self, f, path, holder, kind, weight, note, own: str | None = None) -> None:
         """A frame that is not running (a traceback's, a suspended generator's): its locals count

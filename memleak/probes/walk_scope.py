@@ -5,9 +5,11 @@ Split from `holders` (the reference walk), whose `Walk` applies these rules.
 
 from __future__ import annotations
 
+import array
 import collections
 import functools
 import gc
+import io
 import itertools
 import multiprocessing.queues
 import sys
@@ -68,7 +70,7 @@ SKIP_PACKAGES = {
     "PIL",
     "sklearn",
 }
-SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray, range, slice, type(Ellipsis))
+SCALARS = (type(None), bool, int, float, complex, str, bytes, range, slice, type(Ellipsis))
 SEQUENCES = (list, tuple, collections.deque, set, frozenset)
 # functools.lru_cache's C wrapper (the pure-Python fallback keeps its cache in a closure cell)
 LRU_CACHES: tuple[type, ...] = tuple(t for t in (getattr(functools, "_lru_cache_wrapper", None),) if t)
@@ -120,6 +122,11 @@ _EMPTY_ITERATORS: tuple[Any, ...] = (
     iter(set()),
 )
 _BUILTIN_ITERATORS = frozenset(map(type, _EMPTY_ITERATORS)) | {zip, map, enumerate, filter}
+
+
+#: Buffers of plain data that grow in place, held by themselves (not in a container, where
+#: `pydata.data_size` sizes them): a bytearray or BytesIO written to every step, an array of floats.
+PLAIN_BUFFERS = (bytearray, io.BytesIO, array.array)
 
 
 def skipped(t: type) -> bool:
