@@ -74,7 +74,7 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
     ranked = sorted((merge(g) for g in groups.values()), key=score, reverse=True)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:
-        return ranked
+        return _bounded_growth(ranked, findings)
     if not any(s.leak and s.kind in SYMPTOMS for s in ranked):
         return [_as_graph(s, measured_bps, findings) if s is culprits[0] else s for s in ranked]
     explained_bps = sum(max(0.0, c.bytes_per_step) for c in culprits)
@@ -114,6 +114,23 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
         explained = replace(_as_graph(explained, bps, findings), bytes_per_step=bps, total_bytes=total)
         out = [explained if s is top else s for s in out]
     return out
+
+
+def _bounded_growth(ranked: list[Suspect], findings: list[Finding]) -> list[Suspect]:
+    """Growth explained by bounded containers still filling up (a replay memory short of its
+    capacity: `detect/culprits._spare_bounded`) is no leak: it stops at their bound."""
+    filling = {f.location for f in findings if isinstance(f.data, dict) and f.data.get("filling")}
+    fill = [s for s in ranked if s.location in filling]
+    bps = sum(max(0.0, s.bytes_per_step) for s in fill)
+    if not bps:
+        return ranked
+    why = f"{', '.join(s.location for s in fill[:3])}, filling up to its bound, adds {fmt_bytes(bps)} of it per step"
+    return [
+        replace(s, leak=False, evidence=(*s.evidence, why + ": it stops there"))
+        if s.leak and s.kind in SYMPTOMS and bps >= EXPLAINED_SHARE * s.bytes_per_step
+        else s
+        for s in ranked
+    ]
 
 
 #: A holder of one fresh tensor a step leaks (a tensor concatenated onto itself) only if its size rose

@@ -59,3 +59,57 @@ def test_a_bounded_window_of_tensors_with_graphs_still_leaks_their_graphs():
     report = _windowed(maxlen=100, keep_graph=True)
     assert report.verdict == "leak", str(report)
     assert "guard.losses" in report.suspects[0].location, str(report)
+
+
+class ReplayMemory:
+    """A ring buffer as RL code writes it: a list that grows to `capacity`, then is overwritten."""
+
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self.items = []
+        self.pos = 0
+
+    def push(self, *transition):
+        if len(self.items) < self.capacity:
+            self.items.append(transition)
+        else:
+            self.items[self.pos] = transition
+        self.pos = (self.pos + 1) % self.capacity
+
+
+def _replay(capacity, steps=20, unbounded=False):
+    model, opt = model_and_optimizer()
+    memory = ReplayMemory(capacity)
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(steps):
+            x = torch.randn(64, 64)
+            loss, _ = _step(model, opt)
+            if unbounded:  # the same class, its bound ignored: every transition kept
+                memory.items.append((x, loss.detach()))
+            else:
+                memory.push(x, loss.detach())
+    return tracker.report()
+
+
+def test_a_list_filling_towards_the_capacity_its_owner_keeps_is_no_leak():
+    # 20 steps into a replay memory of 64: it grew every step, but `capacity` says where it stops
+    report = _replay(capacity=64)
+    assert report.verdict.value != "leak", str(report)
+    held = next(s for s in report.suspects if s.location == "memory.items")
+    assert not held.leak and any("bounded container" in e and "64 items" in e for e in held.evidence), held
+
+
+def test_a_list_that_passed_the_capacity_beside_it_is_a_leak():
+    # the bound is no excuse once the list holds more than it: capacity 8, 20 transitions kept
+    report = _replay(capacity=8, unbounded=True)
+    assert report.verdict.value == "leak" and report.suspects[0].location == "memory.items", str(report)
+
+
+def test_bound_names_are_container_bounds_only():
+    from memleak.probes.walk_scope import owner_bound
+
+    assert owner_bound({"capacity": 24, "items": []}) == 24
+    assert owner_bound({"max_size": 10}) == 10
+    # lengths, steps and flags are no bounds of a container
+    assert owner_bound({"max_length": 512, "max_steps": 1000, "window": 5}) is None
+    assert owner_bound({"capacity": True}) is None and owner_bound({"capacity": 0}) is None

@@ -103,6 +103,7 @@ def _spare_bounded(holders: Sequence[HoldersRecord], findings: Entries) -> None:
         if f is not None and f.get("leak"):
             f["leak"] = False
             f["evidence"].append(why)
+            f["data"] = {**f["data"], "filling": True}  # the growth it explains stops at its bound (suspects.rank)
 
 
 def _cap_uncarried_chains(findings: Entries, carried) -> None:

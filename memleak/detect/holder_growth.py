@@ -325,11 +325,11 @@ def buffer_findings(holders: Sequence[HoldersRecord], findings: Entries) -> None
 
 
 def filling_bounded(holders: Sequence[HoldersRecord]) -> dict[str, str]:
-    """Holders that grow only because they are bounded containers filling up (a
-    ``collections.deque(maxlen=...)`` window of recent losses or grad norms): they cannot pass their
-    bound, which is near, their tensors carry no autograd graph, and each item holds no more
-    tensors nor bytes than at the first sample, so the growth is the items added, not items that
-    grow. Holder -> why, in words."""
+    """Holders that grow only because bounded containers fill up (a ``deque(maxlen=...)`` window of
+    recent losses, a replay memory's list beside its ``capacity``: `walk_scope.owner_bound`): they
+    cannot pass their bound, which is near, their tensors carry no autograd graph, and each item
+    holds no more tensors nor bytes than at the first sample, so the growth is the items added, not
+    items that grow. Holder -> why, in words."""
     if len(holders) < MIN_SAMPLES:
         return {}
     steps, by = _series(holders)
@@ -342,14 +342,15 @@ def filling_bounded(holders: Sequence[HoldersRecord]) -> dict[str, str]:
         first, last = seen[0], seen[-1]
         if any(r.grad or r.nodes for r in seen) or last.capacity > MAX_FILL_AHEAD * last.length:
             continue
-        # per item: what a long container's ends measure, with room for a rounding of one tensor
-        if last.count / last.length > first.count / first.length + 1 / first.length + 0.05:
+        # per item, with room for one (the newest may count under the variables that made it)
+        item, item_bytes = max(1.0, last.count / last.length), last.bytes / last.length
+        if last.count / last.length > (first.count + item) / first.length + 0.05:
             continue
-        if last.bytes / last.length > 1.25 * first.bytes / first.length + 1024:
+        if item_bytes > 1.25 * (first.bytes + item_bytes) / first.length + 1024:
             continue
         out[name] = (
-            f"{name} is a bounded container (it keeps at most {last.capacity} items, a deque's maxlen) "
-            f"still filling up: {last.length} items at step {at}, about "
+            f"{name} is a bounded container (it keeps at most {last.capacity} items: a deque's maxlen, or the "
+            f"capacity its owner keeps beside it) still filling up: {last.length} items at step {at}, about "
             f"{fmt_bytes(last.bytes / last.length)} each, so at most about "
             f"{fmt_bytes(last.bytes / last.length * last.capacity)} once full; its tensors carry no autograd graph"
         )

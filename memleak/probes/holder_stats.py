@@ -6,6 +6,7 @@ Split from `holders` (the reference walk); `walk.Walk` tallies what it reaches h
 
 from __future__ import annotations
 
+import collections
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from ..records import HolderRow
 from .graphs import GraphInfo, Roots, graph_info, roots_of
 from .identity import Ages, tensor_nbytes
 from .pydata import data_size, item_size
-from .walk_scope import NAME_ALL_UP_TO
+from .walk_scope import NAME_ALL_UP_TO, owner_bound
 
 #: Of a holder's graphs, the first this many are kept for `_finish` to measure (the rest counted).
 GRAPHS_SAMPLED = 64
@@ -114,6 +115,27 @@ class HolderTally:
         self.tensor_holder: dict[int, str] = {}
         #: tensors whose memory a numpy array or memoryview shares (``t.numpy()``), by id
         self.array_bases: set[int] = set()
+        #: containers whose owner keeps their bound (``self.capacity`` beside ``self.items``), by id
+        self.bounds: dict[int, int] = {}
+
+    def _bound_children(self, attrs: dict) -> None:
+        """An object's attributes: where one names a bound (`owner_bound`: a replay memory's
+        ``capacity``), the containers beside it that have not passed it are bounded by it."""
+        cap = owner_bound(attrs)
+        if cap is not None:
+            for v in attrs.values():
+                if isinstance(v, (list, dict, collections.deque)) and len(v) <= cap:
+                    self.bounds[id(v)] = cap
+
+    def _note_bound(self, obj: Any, n: int, holder: str, own_name: str) -> None:
+        """A container that is its holder itself (not an item of a bigger one) and has a bound (a
+        deque's maxlen, or its owner's capacity): the bound and its length, for the detectors'
+        "still filling up" (`detect/holder_growth.filling_bounded`)."""
+        cap = getattr(obj, "maxlen", None) if isinstance(obj, collections.deque) else None
+        cap = cap or self.bounds.get(id(obj))
+        if cap and holder == own_name:
+            st = self._stats(holder, "")
+            st.capacity, st.length = cap, n
 
     def _name_unsampled(self, items, holder: str) -> None:
         """Map every tensor in a long container, or in the dicts, tuples and lists it holds (a

@@ -252,6 +252,7 @@ class Walk(HolderTally):
     def _attrs(self, obj, path, holder, kind, weight, note) -> None:
         d = getattr(obj, "__dict__", None)
         if isinstance(d, dict):
+            self._bound_children(d)
             link = next((k for k, v in d.items() if type(v) is type(obj)), None)
             if link is not None:  # a node of a chain (a linked list's .prev, a tree's .parent)
                 kind, note = "chain", note or f"kept along a chain of {type(obj).__name__} objects linked by .{link}"
@@ -275,13 +276,7 @@ class Walk(HolderTally):
         n = len(obj)
         if n == 0:
             return
-        if (
-            isinstance(obj, collections.deque)
-            and obj.maxlen is not None
-            and (holder or path) == path + reach.suffix(holder)
-        ):
-            st = self._stats(holder or path, "")  # the holder is the bounded deque itself
-            st.capacity, st.length = obj.maxlen, n
+        self._note_bound(obj, n, holder or path, path + reach.suffix(holder))
         filled = filled_slots(obj) if n > 2 * SEQ_SAMPLE else None  # slots filled in place: not their ends
         if not filled and self._plain_data(obj, holder or path, kind, weight, note):  # sized, not walked
             return
@@ -314,6 +309,7 @@ class Walk(HolderTally):
         n = len(obj)
         if n == 0 or self._plain_data(obj, holder or path, kind, weight, note):
             return
+        self._note_bound(obj, n, holder or path, path + reach.suffix(holder))
         named = n <= 16
         if n <= 2 * SEQ_SAMPLE:
             items = list(obj.items())

@@ -129,6 +129,21 @@ _BUILTIN_ITERATORS = frozenset(map(type, _EMPTY_ITERATORS)) | {zip, map, enumera
 PLAIN_BUFFERS = (bytearray, io.BytesIO, array.array)
 
 
+#: Attribute names that state the bound of the containers beside them (a replay memory's
+#: ``capacity``, a cache's ``max_size``): names of containers' bounds only, not of lengths or steps.
+BOUND_NAMES = ("capacity", "maxlen", "max_size", "maxsize", "buffer_size", "memory_size", "cache_size", "max_entries")
+
+
+def owner_bound(attrs: dict) -> int | None:
+    """The bound an object's attributes state for its containers (the first of BOUND_NAMES that is
+    a positive int), else None."""
+    for name in BOUND_NAMES:
+        v = attrs.get(name)
+        if type(v) is int and v > 0:
+            return v
+    return None
+
+
 def skipped(t: type) -> bool:
     """Whether the walk leaves objects of type `t` unopened: a type of a package it skips (the
     iterators of builtin containers aside)."""
