@@ -1,5 +1,6 @@
-"""A bounded container still filling up (``collections.deque(maxlen=...)``) is no leak, while the
-same window without a bound, one whose bound is far away, or one that keeps autograd graphs is."""
+"""A bounded container still filling up (``collections.deque(maxlen=...)``, a list beside the
+``capacity`` its owner keeps) is no leak, while the same window without a bound, one whose bound is
+far away or passed, or one that keeps autograd graphs is."""
 import collections
 
 import torch
@@ -7,6 +8,7 @@ import torch
 import memleak
 
 from tests.helpers import model_and_optimizer
+from tests.scenarios.benign_replay_buffer_fills import ReplayMemory  # a list grown to `capacity`, then overwritten
 
 
 def _step(model, opt):
@@ -59,22 +61,6 @@ def test_a_bounded_window_of_tensors_with_graphs_still_leaks_their_graphs():
     report = _windowed(maxlen=100, keep_graph=True)
     assert report.verdict == "leak", str(report)
     assert "guard.losses" in report.suspects[0].location, str(report)
-
-
-class ReplayMemory:
-    """A ring buffer as RL code writes it: a list that grows to `capacity`, then is overwritten."""
-
-    def __init__(self, capacity):
-        self.capacity = capacity
-        self.items = []
-        self.pos = 0
-
-    def push(self, *transition):
-        if len(self.items) < self.capacity:
-            self.items.append(transition)
-        else:
-            self.items[self.pos] = transition
-        self.pos = (self.pos + 1) % self.capacity
 
 
 def _replay(capacity, steps=20, unbounded=False):
