@@ -80,6 +80,7 @@ def _entry(
     """The entry for `name`, backed by the growing `host` series (None: by its own rate alone);
     `alone`: the share of its level the host series would need on its own, when it grew by less."""
     objects, nbytes = _col(rows, "objects"), _col(rows, "obj_bytes")
+    buffer = _one_buffer(objects, hkind)
     where = _WHERE.get(hkind, "")
     if "." in name and hkind in ("local", "global"):
         where = "the attribute"
@@ -91,7 +92,7 @@ def _entry(
         confidence=max(f["confidence"], min(tr["confidence"], host.confidence + 0.3) if host else 0.6),
         bps=max(f["bps"], tr["slope"]),
         total=max(f["total"], nbytes[-1]),
-        fix=buffer_fix(name) if one_buffer(objects, hkind) else data_fix(name, hkind),
+        fix=_buffer_fix(name) if buffer else data_fix(name, hkind),
         data={
             **f["data"],
             "holder_kind": hkind,
@@ -107,7 +108,7 @@ def _entry(
         if hkind == "jit"
         else "Python objects (items of plain data: numbers, strings, bytes, lists or dicts of them; no tensor)"
     )
-    if one_buffer(objects, hkind):
+    if buffer:
         f["evidence"].append(
             f"{what} is one buffer of plain data (a bytearray, BytesIO or array) of {fmt_bytes(nbytes[-1])} at step "
             f"{steps[-1]}, up from {fmt_bytes(nbytes[0])} at step {steps[0]}: ~{fmt_bytes(tr['slope'])} per step"
@@ -134,13 +135,13 @@ def _entry(
     )
 
 
-def one_buffer(objects, hkind: str) -> bool:
+def _one_buffer(objects, hkind: str) -> bool:
     """Whether a holder's plain data was one object at every walk (a buffer growing in place; not
     a traced function, whose graph is what grows)."""
     return hkind != "jit" and bool(len(objects)) and max(objects) <= 1
 
 
-def buffer_fix(holder: str) -> str:
+def _buffer_fix(holder: str) -> str:
     """What to do with one buffer of plain data that grows every step."""
     return (
         f"`{holder}` is one buffer that grows every step (`+=`, `.write()`, `.extend()`), all in host memory "

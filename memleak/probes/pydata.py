@@ -23,9 +23,12 @@ ITEM_BUDGET = 100
 #: Of a long container inside an item, the items sized (the rest scaled from them).
 INNER = 8
 _CONTAINERS = (list, tuple, set, frozenset, collections.deque, dict)
-#: Scalars, and buffers whose sys.getsizeof counts their contents (a BytesIO kept per step: a
-#: ``torch.save`` into memory; not a StringIO, whose size leaves out its text)
-_LEAVES = (float, complex, str, bytes, bytearray, io.BytesIO, array.array)
+#: Buffers of plain data whose sys.getsizeof counts their contents (a BytesIO kept per step: a
+#: ``torch.save`` into memory; not a StringIO, whose size leaves out its text). Held by themselves,
+#: outside a container, the walk sizes them too (`Walk._visit`): they grow in place (`raw += chunk`).
+BUFFERS = (bytearray, io.BytesIO, array.array)
+#: Scalars, and those buffers.
+_LEAVES = (float, complex, str, bytes, *BUFFERS)
 
 
 def _leaf_size(obj) -> int:

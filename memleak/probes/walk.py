@@ -23,6 +23,7 @@ from .holder_families import fold_families
 from .holder_stats import HolderTally
 from .identity import Ages, tensor_nbytes
 from .optimizer_params import optimizer_held
+from .pydata import BUFFERS
 from .reach import closure_items, default_items, fn_name
 from .stores import Region
 from .walk_scope import (
@@ -31,7 +32,6 @@ from .walk_scope import (
     MODULE_SKIP,
     MP_QUEUE_NOTE,
     MP_QUEUES,
-    PLAIN_BUFFERS,
     SCALARS,
     SEQ_SAMPLE,
     SEQUENCES,
@@ -151,7 +151,7 @@ class Walk(HolderTally):
             self._optimizer(obj, path, holder, weight, note)
         elif issubclass(t, (torch.UntypedStorage, torch.TypedStorage)):
             self._storage(obj, holder or path, kind, weight, note)
-        elif t in PLAIN_BUFFERS:  # one object of plain data that grows in place (`raw += chunk`)
+        elif t in BUFFERS:  # one object of plain data that grows in place (`raw += chunk`)
             self._buffer(obj, holder or path, kind, weight, note)
         elif t is memoryview or is_ndarray(t):
             self._view(obj, path, holder, kind, weight, note)

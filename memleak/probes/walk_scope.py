@@ -5,11 +5,9 @@ Split from `holders` (the reference walk), whose `Walk` applies these rules.
 
 from __future__ import annotations
 
-import array
 import collections
 import functools
 import gc
-import io
 import itertools
 import multiprocessing.queues
 import sys
@@ -122,11 +120,6 @@ _EMPTY_ITERATORS: tuple[Any, ...] = (
     iter(set()),
 )
 _BUILTIN_ITERATORS = frozenset(map(type, _EMPTY_ITERATORS)) | {zip, map, enumerate, filter}
-
-
-#: Buffers of plain data that grow in place, held by themselves (not in a container, where
-#: `pydata.data_size` sizes them): a bytearray or BytesIO written to every step, an array of floats.
-PLAIN_BUFFERS = (bytearray, io.BytesIO, array.array)
 
 
 #: Attribute names that state the bound of the containers beside them (a replay memory's
