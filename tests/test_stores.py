@@ -81,3 +81,22 @@ def test_a_tracked_loop_records_the_append_line_of_its_growing_list():
     assert top.location == "kept"
     assert top.fix.startswith(f"At test_stores.py:{append_line}: ")
     assert any(f"filled at test_stores.py:{append_line}" in e for e in top.evidence)
+
+
+def test_stores_are_looked_up_for_holders_that_grew_not_at_the_first_walk_nor_for_steady_ones():
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept = []
+    steady = [torch.zeros(4) for _ in range(3)]  # noqa: F841 (walked as a local; it never grows)
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(20):
+            out = model(torch.randn(4, 8))
+            out.sum().backward()
+            opt.step()
+            kept.append(out)
+    walks = tracker.run().holders
+    assert len(walks) >= 3
+    stored = [{r.holder: r.stored for r in rec.holders} for rec in walks]
+    assert all(line == "" for line in stored[0].values())  # the first walk: nothing to compare with
+    assert all(s.get("steady") == "" for s in stored if "steady" in s)  # its size never changed
+    assert all(s["kept"].startswith("test_stores.py:") for s in stored[1:] if "kept" in s)

@@ -33,6 +33,7 @@ from ..records import HoldersRecord
 from . import reach
 from .frames import is_locals_snapshot, is_user_file, release_snapshots
 from .graphs import Roots
+from .holder_stats import HolderStats
 from .identity import Ages, module_names
 from .jit_traces import add_traced
 from .reach import closure_items, default_items
@@ -102,14 +103,19 @@ def walk_roots(
     return w
 
 
-def holders_record(walk: Walk, step: int, walk_seconds: float, scope: str = "") -> HoldersRecord:
+def holders_record(
+    walk: Walk, step: int, walk_seconds: float, scope: str = "", before: dict[str, tuple] | None = None
+) -> HoldersRecord:
     """The ``holders`` record of a walk: its largest holders first, the largest with the user's
-    line that stores into them. `scope`: "model" for a walk of the model tree only."""
+    line that stores into them. `scope`: "model" for a walk of the model tree only. `before`: what
+    the walk before found (`holder_sizes`): a store is looked up only for a holder new since or
+    grown (the report names the line of a leaking holder only, and parsing the user's files is a
+    first deep step's largest cost); empty, the first walk: none."""
     # holders of tensors, and of plain Python data (pydata) big enough to matter
     kept = [h for h in walk.holders.values() if h.count > 0 or h.nodes > 0 or h.obj_bytes >= _MIN_DATA_BYTES]
     holders = sorted(kept, key=lambda s: -(s.nbytes + s.obj_bytes))[:60]
     rows = [
-        h.row(stored=(find_store(h.holder, walk.regions) or "") if i < _STORES_LOOKED_UP else "")
+        h.row(stored=(find_store(h.holder, walk.regions) or "") if i < _STORES_LOOKED_UP and _grew(h, before) else "")
         for i, h in enumerate(holders)
     ]
     return HoldersRecord(
@@ -121,6 +127,17 @@ def holders_record(walk: Walk, step: int, walk_seconds: float, scope: str = "") 
         truncated=walk.truncated,
         scope=scope,
     )
+
+
+def _grew(h: HolderStats, before: dict[str, tuple] | None) -> bool:
+    """Whether holder `h` is new since the walk that found `before`, or holds more (None: no walk to
+    compare with, every holder counts)."""
+    if before is None:
+        return True
+    was = before.get(h.holder)
+    if was is None:
+        return bool(before)
+    return any(a > b for a, b in zip((h.count, h.nbytes, h.nodes, h.obj_bytes), was, strict=True))
 
 
 # -- roots

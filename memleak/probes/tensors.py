@@ -269,7 +269,8 @@ class TensorProbe(Probe):
         self.ages.prune()
         if final:
             if self.loop_frame is not None and self.loop_frame in here:
-                self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds).to_dict())
+                rec = holders_record(walk, step, walk_seconds, before=self.sizes)
+                self.ctx.emit(RecordType.HOLDERS, rec.to_dict())
             self._check_births(step, exclude, ptrs, walk.tensor_holder, {**self.site_holders, **self.named_sites})
             self._check_saved(step, ptrs)
             return
@@ -280,9 +281,9 @@ class TensorProbe(Probe):
         self.seen = self.seen or grown
         if self.sized_at is not None:
             self.data_bps = max(self.data_bps, data / max(1, step - self.sized_at))
-        self.sizes, self.sized_at = sizes, step
+        before, self.sizes, self.sized_at = self.sizes, sizes, step
         self.checks += 1
-        self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds).to_dict())
+        self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds, before=before).to_dict())
         self._check_births(step, exclude, ptrs, walk.tensor_holder, self.named_sites)
         self._check_saved(step, ptrs)
 
