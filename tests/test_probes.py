@@ -9,7 +9,7 @@ import memleak
 from memleak.probes import Probe, ProbeContext, Unavailable, resolve_device
 from memleak.probes.allocator import AllocatorProbe, read_allocator
 from memleak.probes.census import take_census
-from memleak.probes.host import HostProbe, heap_counter
+from memleak.probes.host import RSS_DENSE_STEPS, RSS_EVERY, HostProbe, heap_counter
 from memleak.probes.nvml import NvmlProbe
 
 MIB = 1 << 20
@@ -29,6 +29,17 @@ def test_host_probe_reads_rss_and_the_heap_counter_sees_a_cpu_tensor():
     assert 4 * MIB <= heap() - before < 4.2 * MIB
     del x
     assert heap() - before < 0.2 * MIB
+
+
+def test_rss_is_read_every_step_at_first_then_every_fourth_step(tmp_path):
+    with memleak.track(level="counters", out=tmp_path / "run") as tracker:
+        for _ in range(RSS_DENSE_STEPS + 2 * RSS_EVERY):
+            tracker.step()
+    rss = memleak.load(tmp_path / "run").steps.set_index("step")["rss_bytes"]
+    read = rss.notna()
+    assert read[:RSS_DENSE_STEPS - 1].all() and (rss[read] > 10 * MIB).all()
+    later = read[RSS_DENSE_STEPS:]
+    assert later.to_dict() == {s: s % RSS_EVERY == 0 for s in later.index}
 
 
 def test_the_tracker_records_the_heap_each_step_as_the_step_left_it(tmp_path):
