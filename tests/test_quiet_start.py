@@ -170,3 +170,29 @@ def test_a_leak_that_starts_after_a_quiet_start_is_named_in_a_growth_window(monk
     assert spans[0] == (0, escalation.QUIET_AT - 1, "full", "start"), spans
     assert any(why == "growth" for _, _, _, why in spans), spans
     assert report.verdict.value == "leak" and report.suspects[0].location == "kept", str(report)
+
+
+def _tagged_steps(monkeypatch, steps: int, step_fn) -> list[int]:
+    """The steps on which the tensor probe installed its creation-site tagging."""
+    from memleak.probes import tagging, tensors
+
+    tagged: list[int] = []
+
+    class Spy(tagging.Tagging):
+        def __init__(self, probe):
+            tagged.append(probe._deep_step)
+            super().__init__(probe)
+
+    monkeypatch.setattr(tensors, "Tagging", Spy)
+    _loop(steps, step_fn)
+    return tagged
+
+
+def test_a_quiet_young_run_tags_only_its_first_deep_steps_and_a_leaking_one_goes_on_tagging(monkeypatch):
+    from memleak.probes.tensors import YOUNG_TAGGED
+
+    quiet = _tagged_steps(monkeypatch, 12, lambda model, loss: None)
+    assert len(quiet) == YOUNG_TAGGED, quiet  # the later young deep steps walk only
+    kept = []
+    leaking = _tagged_steps(monkeypatch, 12, lambda model, loss: kept.append(loss))
+    assert len(leaking) > YOUNG_TAGGED + 1, leaking

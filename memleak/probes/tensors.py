@@ -40,7 +40,7 @@ import torch
 
 from ..records import BirthsRecord, Event, SavedRecord
 from ..schema import RecordType
-from . import Probe, ProbeContext
+from . import Level, Probe, ProbeContext
 from .budget import young_gap
 from .frames import user_frames, user_site
 from .holder_stats import compare_sizes, holder_sizes
@@ -60,6 +60,10 @@ MAX_REFERRER_LOOKUPS = 3
 MAX_GAP = 6
 # A young run may end early (`quiet`) only after this many deep steps saw nothing.
 QUIET_CHECKS = 4
+# Level auto's young run tags (creation sites, saved tensors) in this many deep steps, then walks
+# only while nothing was seen: tagging costs a deep step more than its walk, and a quiet run's
+# survivors show in the cohorts of the first ones (a step's tensors count once two steps old).
+YOUNG_TAGGED = 2
 # In the auto level's windows, every other step is deep (the densest the survivor check allows:
 # a tensor counts as surviving once it is two steps old).
 WINDOW_GAP = 2
@@ -164,10 +168,14 @@ class TensorProbe(Probe):
             # thread, and that one is sure to come back (at close) to take them off (tagging.py).
             # A mode or saved-tensor hook of the user's own still open here (the step ends inside
             # their `with`) would be popped in place of ours when it closes: walk only then too.
-            if not self.tagging or threading.get_ident() != self._thread or not stacks_empty():
+            if not self.tagging or threading.get_ident() != self._thread or not stacks_empty() or self._quiet_young():
                 self._mode = _NoMode()
                 return
             self._mode = Tagging(self)
+
+    def _quiet_young(self) -> bool:
+        """Level auto's young run, past its tagged deep steps, with nothing seen so far (`YOUNG_TAGGED`)."""
+        return self.ctx.level == Level.AUTO and self.window is None and self.checks >= YOUNG_TAGGED and not self.seen
 
     def in_optimizer(self, on: bool) -> None:
         mode = self._mode
