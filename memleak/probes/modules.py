@@ -223,23 +223,24 @@ class ModuleProbe(Probe):
 
     # ------------------------------------------------------------ steps
     def step_begin(self, step: int) -> None:
+        if step < self.next_detail:  # most steps (between windows at level auto, all of them)
+            return
         self.stack.clear()
-        if self.hooked and self.ctx.compiled_step():
+        if self.hooked and self.ctx.compiled_step():  # before any hook goes in
             self._limit("the training step is compiled whole (optimizer.step() inside torch.compile)")
-        if step >= self.next_detail:
-            self.detail = True
-            self.detail_step = step
-            # level auto measures in its windows only: its young steps look for what survives, and
-            # the reads (four a module call, each a walk of the C heap on CPU) cost a step's time
-            measurable = self.counter is not None and (self.window or self.ctx.level != Level.AUTO)
-            self.measure = measurable and self.details % MEASURE_EVERY == 0
-            self.details += measurable
-            if self.hooked and not self.handles:
-                # Global hooks, filtered by module identity: nothing is attached to the user's modules,
-                # so torch.save(model), pickle and copy.deepcopy see them as they were.
-                if self.measure:  # the pre-hook only reads the counter and hooks the backward
-                    self.handles.append(module_hooks.register_module_forward_pre_hook(self._pre))
-                self.handles.append(module_hooks.register_module_forward_hook(self._post))
+        self.detail = True
+        self.detail_step = step
+        # level auto measures in its windows only: its young steps look for what survives, and
+        # the reads (four a module call, each a walk of the C heap on CPU) cost a step's time
+        measurable = self.counter is not None and (self.window or self.ctx.level != Level.AUTO)
+        self.measure = measurable and self.details % MEASURE_EVERY == 0
+        self.details += measurable
+        if self.hooked and not self.handles:
+            # Global hooks, filtered by module identity: nothing is attached to the user's modules,
+            # so torch.save(model), pickle and copy.deepcopy see them as they were.
+            if self.measure:  # the pre-hook only reads the counter and hooks the backward
+                self.handles.append(module_hooks.register_module_forward_pre_hook(self._pre))
+            self.handles.append(module_hooks.register_module_forward_hook(self._post))
 
     def set_detail(self, step: int, on: bool) -> None:
         self.window = on
