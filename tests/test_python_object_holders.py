@@ -57,6 +57,24 @@ def test_walk_records_python_objects_under_their_holder(tmp_path):
     assert last["feats"].count >= 5 and not last["feats"].obj_bytes  # tensors counted as before
 
 
+def test_a_dict_of_named_lists_of_plain_data_names_the_list_that_grows():
+    """A logger's history of plain data: the key that grows is the holder, not the whole dict."""
+    model, opt = model_and_optimizer()
+    history = {"loss": [], "lr": [], "text": [], "epoch": 0}
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(6):
+            out = model(torch.randn(64, 64))
+            out.sum().backward()
+            opt.step()
+            opt.zero_grad()
+            history["loss"].append(float(out.mean()))
+            history["lr"].append(0.01)
+            history["text"].append(repr(out.detach().tolist()))
+    last = {r.holder: r for r in tracker.run().holders[-1].holders}
+    assert "history" not in last, sorted(last)
+    assert last["history['text']"].objects >= 5 and last["history['text']"].obj_bytes > 32 * KIB
+
+
 # ---------------------------------------------------------------- the detector (detect/object_holders.py)
 
 

@@ -32,6 +32,7 @@ from .walk_scope import (
     MODULE_SKIP,
     MP_QUEUE_NOTE,
     MP_QUEUES,
+    NAMED_KEYS,
     SCALARS,
     SEQ_SAMPLE,
     SEQUENCES,
@@ -42,6 +43,7 @@ from .walk_scope import (
     filled_slots,
     is_ndarray,
     is_view_of,
+    keyed_parts,
     opened_inside,
     pandas_managers,
     skipped,
@@ -307,10 +309,10 @@ class Walk(HolderTally):
 
     def _dict(self, obj, path, holder, kind, weight, note) -> None:
         n = len(obj)
-        if n == 0 or self._plain_data(obj, holder or path, kind, weight, note):
+        if n == 0 or (not keyed_parts(obj) and self._plain_data(obj, holder or path, kind, weight, note)):
             return
         self._note_bound(obj, n, holder or path, path + reach.suffix(holder))
-        named = n <= 16
+        named = n <= NAMED_KEYS
         if n <= 2 * SEQ_SAMPLE:
             items = list(obj.items())
         else:

@@ -101,6 +101,16 @@ MODULE_SKIP = {
 SEQ_SAMPLE = 12
 # ...but every tensor in them, up to this many, is mapped to its holder by id.
 NAME_ALL_UP_TO = 100_000
+# A dict of up to this many string keys names what it holds by key (``log['loss']``).
+NAMED_KEYS = 16
+_PARTS = (list, dict, collections.deque, set)
+
+
+def keyed_parts(d: dict) -> bool:
+    """Whether a dict is a record of named containers, each its own holder (``history['loss']``,
+    ``history['text']``) even when all of it is plain data: sized whole, the part that grows would
+    go unnamed."""
+    return len(d) <= NAMED_KEYS and any(isinstance(v, _PARTS) for v in d.values()) and all(type(k) is str for k in d)
 
 
 def top_package(obj_type: type) -> str:
