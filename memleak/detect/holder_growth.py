@@ -325,17 +325,17 @@ def buffer_findings(holders: Sequence[HoldersRecord], findings: Entries) -> None
 
 
 def filling_bounded(holders: Sequence[HoldersRecord]) -> dict[str, str]:
-    """Holders that grow only because bounded containers fill up (a ``deque(maxlen=...)`` window of
-    recent losses, a replay memory's list beside its ``capacity``: `walk_scope.owner_bound`): they
-    cannot pass their bound, which is near, their tensors carry no autograd graph, and each item
-    holds no more tensors nor bytes than at the first sample, so the growth is the items added, not
-    items that grow. Holder -> why, in words."""
+    """Holders that grow only because bounded containers fill up (a ``deque(maxlen=...)``, a list
+    beside its owner's ``capacity`` or trimmed by the user's code: `probes/bounds.py`): they cannot
+    pass their bound, which is near, their tensors carry no autograd graph, and each item holds no
+    more tensors nor bytes than at the first sample: the growth is items added. Holder -> why."""
     if len(holders) < MIN_SAMPLES:
         return {}
     steps, by = _series(holders)
     out = {}
-    for name, rows in by.items():
+    for name, rows in by.items():  # a bound the user's code keeps is known from the second walk on
         seen = [r for r in rows if r is not None]
+        seen = seen[next((i for i, r in enumerate(seen) if r.capacity), 0) :]
         at = next(s for s, r in zip(reversed(steps), reversed(rows), strict=True) if r is not None)
         if len(seen) < 2 or any(not r.capacity or not r.length for r in seen):
             continue
@@ -349,8 +349,8 @@ def filling_bounded(holders: Sequence[HoldersRecord]) -> dict[str, str]:
         if item_bytes > 1.25 * (first.bytes + item_bytes) / first.length + 1024:
             continue
         out[name] = (
-            f"{name} is a bounded container (it keeps at most {last.capacity} items: a deque's maxlen, or the "
-            f"capacity its owner keeps beside it) still filling up: {last.length} items at step {at}, about "
+            f"{name} is a bounded container (it keeps at most {last.capacity} items: a deque's maxlen, the "
+            f"capacity beside it, or the trim in your code) still filling up: {last.length} items at step {at}, about "
             f"{fmt_bytes(last.bytes / last.length)} each, so at most about "
             f"{fmt_bytes(last.bytes / last.length * last.capacity)} once full; its tensors carry no autograd graph"
         )

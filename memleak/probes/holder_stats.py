@@ -117,10 +117,15 @@ class HolderTally:
         self.array_bases: set[int] = set()
         #: containers whose owner keeps their bound (``self.capacity`` beside ``self.items``), by id
         self.bounds: dict[int, int] = {}
+        #: items of each container that is its holder itself (for a bound its code keeps: `bounds`)
+        self.lengths: dict[str, int] = {}
+        #: the attributes of each object walked, by its path (where that bound is an attribute)
+        self.attrs_of: dict[str, dict] = {}
 
-    def _bound_children(self, attrs: dict) -> None:
-        """An object's attributes: where one names a bound (`owner_bound`: a replay memory's
-        ``capacity``), the containers beside it that have not passed it are bounded by it."""
+    def _bound_children(self, attrs: dict, path: str) -> None:
+        """An object's attributes (at `path`): where one names a bound (`owner_bound`: a replay
+        memory's ``capacity``), the containers beside it that have not passed it are bounded by it."""
+        self.attrs_of[path] = attrs
         cap = owner_bound(attrs)
         if cap is not None:
             for v in attrs.values():
@@ -131,9 +136,12 @@ class HolderTally:
         """A container that is its holder itself (not an item of a bigger one) and has a bound (a
         deque's maxlen, or its owner's capacity): the bound and its length, for the detectors'
         "still filling up" (`detect/holder_growth.filling_bounded`)."""
+        if holder != own_name:
+            return
+        self.lengths[holder] = n
         cap = getattr(obj, "maxlen", None) if isinstance(obj, collections.deque) else None
         cap = cap or self.bounds.get(id(obj))
-        if cap and holder == own_name:
+        if cap:
             st = self._stats(holder, "")
             st.capacity, st.length = cap, n
 

@@ -31,6 +31,7 @@ import torch
 
 from ..records import HoldersRecord
 from . import reach
+from .bounds import code_bound
 from .frames import is_locals_snapshot, is_user_file, release_snapshots
 from .graphs import Roots
 from .holder_stats import HolderStats
@@ -104,20 +105,29 @@ def walk_roots(
 
 
 def holders_record(
-    walk: Walk, step: int, walk_seconds: float, scope: str = "", before: dict[str, tuple] | None = None
+    walk: Walk,
+    step: int,
+    walk_seconds: float,
+    scope: str = "",
+    before: dict[str, tuple] | None = None,
+    code_bounds: dict[str, int] | None = None,
 ) -> HoldersRecord:
     """The ``holders`` record of a walk: its largest holders first, the largest with the user's
     line that stores into them. `scope`: "model" for a walk of the model tree only. `before`: what
     the walk before found (`holder_sizes`): a store is looked up only for a holder new since or
     grown (the report names the line of a leaking holder only, and parsing the user's files is a
-    first deep step's largest cost); empty, the first walk: none."""
+    first deep step's largest cost); empty, the first walk: none. `code_bounds`: the bounds the
+    user's code trims containers to (`bounds.code_bound`), looked up with the stores and kept
+    there from one walk to the next."""
     # holders of tensors, and of plain Python data (pydata) big enough to matter
     kept = [h for h in walk.holders.values() if h.count > 0 or h.nodes > 0 or h.obj_bytes >= _MIN_DATA_BYTES]
     holders = sorted(kept, key=lambda s: -(s.nbytes + s.obj_bytes))[:60]
-    rows = [
-        h.row(stored=(find_store(h.holder, walk.regions) or "") if i < _STORES_LOOKED_UP and _grew(h, before) else "")
-        for i, h in enumerate(holders)
-    ]
+    rows = []
+    for i, h in enumerate(holders):
+        looked_up = i < _STORES_LOOKED_UP and _grew(h, before)
+        if code_bounds is not None and i < _STORES_LOOKED_UP:
+            _bound_by_code(h, walk, code_bounds, looked_up)
+        rows.append(h.row(stored=(find_store(h.holder, walk.regions) or "") if looked_up else ""))
     return HoldersRecord(
         step=step,
         holders=tuple(rows),
@@ -127,6 +137,20 @@ def holders_record(
         truncated=walk.truncated,
         scope=scope,
     )
+
+
+def _bound_by_code(h: HolderStats, walk: Walk, code_bounds: dict[str, int], look_up: bool) -> None:
+    """A container the user's code trims to N items (`bounds`), holding no more: bounded, as a
+    deque's maxlen bounds one (`look_up`: it grew, look the bound up if not known yet)."""
+    n = walk.lengths.get(h.holder)
+    if not n or h.capacity:
+        return
+    if look_up and h.holder not in code_bounds:
+        owner = walk.attrs_of.get(h.holder.rsplit(".", 1)[0]) if "." in h.holder else None
+        code_bounds[h.holder] = code_bound(h.holder, walk.regions, owner) or 0
+    cap = code_bounds.get(h.holder)
+    if cap and n <= cap:
+        h.capacity, h.length = cap, n
 
 
 def _grew(h: HolderStats, before: dict[str, tuple] | None) -> bool:

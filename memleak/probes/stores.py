@@ -12,6 +12,7 @@ import ast
 import inspect
 import linecache
 import os
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -33,7 +34,7 @@ def leaf_name(holder: str) -> str:
     return parts[-1] if parts else name
 
 
-def _ends_in(node: ast.AST, leaf: str) -> bool:
+def ends_in(node: ast.AST, leaf: str) -> bool:
     """`leaf`, `x.leaf`, `leaf[k]`, `x.leaf[k][j]`, `leaf.get()` (a ContextVar's value, a dict's) ..."""
     while isinstance(node, ast.Subscript) or _is_get(node):
         node = node.value if isinstance(node, ast.Subscript) else node.func.value  # type: ignore[attr-defined]
@@ -59,19 +60,19 @@ def _is_empty(value: ast.AST | None) -> bool:
 def _stores(node: ast.AST, leaf: str) -> bool:
     """Whether one statement or expression puts something into `leaf`."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        return node.func.attr in _ADDERS and _ends_in(node.func.value, leaf)
+        return node.func.attr in _ADDERS and ends_in(node.func.value, leaf)
     if isinstance(node, ast.AugAssign):
-        return _ends_in(node.target, leaf)
+        return ends_in(node.target, leaf)
     if isinstance(node, (ast.Assign, ast.AnnAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if _is_empty(node.value):
             return False
-        return any(_ends_in(t, leaf) for t in targets)
+        return any(ends_in(t, leaf) for t in targets)
     return False
 
 
 @lru_cache(maxsize=64)
-def _tree(filename: str, mtime: float) -> ast.Module | None:
+def source_tree(filename: str, mtime: float) -> ast.Module | None:
     source = "".join(linecache.getlines(filename))
     try:
         return ast.parse(source) if source else None
@@ -91,7 +92,7 @@ def store_line(filename: str, first: int, last: int, holder: str) -> int | None:
 
 @lru_cache(maxsize=1024)
 def _store_line(filename: str, mtime: float, first: int, last: int, leaf: str) -> int | None:
-    tree = _tree(filename, mtime)
+    tree = source_tree(filename, mtime)
     if tree is None:
         return None
     adds: list[int] = []
@@ -147,13 +148,17 @@ def _class_span(cls: type) -> tuple[str, int, int] | None:
     return filename, first, first + len(lines) - 1
 
 
-def find_store(holder: str, regions: list[Region]) -> str | None:
-    """'file.py:line' of the first region's line that stores into `holder`, else None."""
+def spans(regions: list[Region]) -> Iterator[tuple[str, int, int]]:
+    """(file, first line, last line) of each region of the user's source, nearest first."""
     for region in regions:
         span = _class_span(region) if isinstance(region, type) else region
-        if span is None:  # a class of torch's, memleak's or a library's
-            continue
-        filename, first, last = span
+        if span is not None:  # None: a class of torch's, memleak's or a library's
+            yield span
+
+
+def find_store(holder: str, regions: list[Region]) -> str | None:
+    """'file.py:line' of the first region's line that stores into `holder`, else None."""
+    for filename, first, last in spans(regions):
         line = store_line(filename, first, last, holder)
         if line is not None:
             return f"{os.path.basename(filename)}:{line}"

@@ -102,6 +102,7 @@ class TensorProbe(Probe):
         self.data_bps = 0.0  # the most plain-data bytes a step a holder gained from one walk to the next
         self.sizes: dict[str, tuple] = {}  # per holder, what the last walk found it holding
         self.sized_at: int | None = None  # the step of that walk
+        self.code_bounds: dict[str, int] = {}  # per holder, the bound the user's code trims it to (0: none)
         self.frames: list[tuple[int, Any]] = []  # the user's frames (id, code) at the last deep step
         self.loop_frame: tuple[int, Any] | None = None  # the innermost one two deep steps in a row saw
         # Under torch.compile a mode or saved-tensor hook would break graphs or force recompiles:
@@ -277,7 +278,7 @@ class TensorProbe(Probe):
         self.ages.prune()
         if final:
             if self.loop_frame is not None and self.loop_frame in here:
-                rec = holders_record(walk, step, walk_seconds, before=self.sizes)
+                rec = holders_record(walk, step, walk_seconds, before=self.sizes, code_bounds=self.code_bounds)
                 self.ctx.emit(RecordType.HOLDERS, rec.to_dict())
             self._check_births(step, exclude, ptrs, walk.tensor_holder, {**self.site_holders, **self.named_sites})
             self._check_saved(step, ptrs)
@@ -291,7 +292,8 @@ class TensorProbe(Probe):
             self.data_bps = max(self.data_bps, data / max(1, step - self.sized_at))
         before, self.sizes, self.sized_at = self.sizes, sizes, step
         self.checks += 1
-        self.ctx.emit(RecordType.HOLDERS, holders_record(walk, step, walk_seconds, before=before).to_dict())
+        rec = holders_record(walk, step, walk_seconds, before=before, code_bounds=self.code_bounds)
+        self.ctx.emit(RecordType.HOLDERS, rec.to_dict())
         self._check_births(step, exclude, ptrs, walk.tensor_holder, self.named_sites)
         self._check_saved(step, ptrs)
 

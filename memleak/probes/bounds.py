@@ -1,0 +1,149 @@
+"""The bound the user's code trims a container to: a sliding window written by hand.
+
+A list kept to its last N items (``if len(recent) > 100: recent.pop(0)``, ``recent = recent[-100:]``,
+``del recent[:-100]``) grows like a leak until it holds N: in a run shorter than that, the counts
+alone cannot tell them apart, the code can. Read from the source (AST), as `stores` finds the
+storing line: N is an int literal, a module-level constant of the same file (``MAX_KEPT = 100``)
+or an int attribute of the container's owner (``len(self.recent) > self.window_size``).
+The walk then counts such a container as bounded, as it does a ``deque(maxlen=...)``
+(`detect/holder_growth.filling_bounded`), while it holds no more than N.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from functools import lru_cache
+
+from .stores import Region, ends_in, leaf_name, source_tree, spans
+
+#: Methods that take items out of a container (a trim, when the window's test guards them).
+_TAKERS = frozenset({"pop", "popleft", "popitem", "remove", "clear"})
+
+
+#: A bound as the source gives it: an int, or the name of an int attribute of the container's
+#: owner; and the items it may hold beyond it (1 for ``len(x) > N``, trimmed after the test).
+Bound = tuple[int | str, int]
+
+
+def code_bound(holder: str, regions: list[Region], owner: dict | None = None) -> int | None:
+    """The most items the first region that trims `holder` keeps in it, else None; `owner`: the
+    attributes of the object that holds it, where the bound is one of them."""
+    leaf = leaf_name(holder)
+    for filename, first, last in spans(regions):
+        try:
+            mtime = os.stat(filename).st_mtime
+        except OSError:
+            continue
+        found = _bound(filename, mtime, first, last, leaf)
+        if found is not None:
+            limit, slack = found
+            if isinstance(limit, str):  # the owner's attribute
+                value = (owner or {}).get(limit)
+                limit = value if type(value) is int and value > 0 else 0
+            return limit + slack if limit else None
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _bound(filename: str, mtime: float, first: int, last: int, leaf: str) -> Bound | None:
+    tree = source_tree(filename, mtime)
+    if tree is None:
+        return None
+    consts = _int_constants(tree)
+    for node in ast.walk(tree):
+        if not first <= getattr(node, "lineno", 0) <= last:
+            continue
+        if isinstance(node, (ast.If, ast.While)):
+            n = _len_test(node.test, leaf, consts)
+            if n is not None and any(_trims(s, leaf) for stmt in node.body for s in ast.walk(stmt)):
+                return n
+        n = _kept_slice(node, leaf, consts)
+        if n is not None:
+            return n
+    return None
+
+
+def _int_constants(tree: ast.Module) -> dict[str, int]:
+    """The file's module-level ``NAME = <positive int>`` assignments."""
+    out: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            n = _positive_int(node.value, {})
+            if n is not None:
+                out[node.targets[0].id] = n
+    return out
+
+
+def _positive_int(node: ast.AST | None, consts: dict[str, int]) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int and node.value > 0:
+        return node.value
+    if isinstance(node, ast.Name):
+        return consts.get(node.id)
+    return None
+
+
+def _limit(node: ast.AST | None, consts: dict[str, int]) -> int | str | None:
+    """An int the source gives, or the name of an attribute (``self.window``) it reads."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.attr
+    return _positive_int(node, consts)
+
+
+def _is_len_of(node: ast.AST, leaf: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "len"
+        and len(node.args) == 1
+        and ends_in(node.args[0], leaf)
+    )
+
+
+def _len_test(test: ast.AST, leaf: str, consts: dict[str, int]) -> Bound | None:
+    """N of ``len(leaf) > N`` (N + 1 items at most, trimmed after the test), ``>= N`` or ``== N``,
+    either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if _is_len_of(right, leaf):  # N < len(leaf): turned round
+        left, right = right, left
+        op = {ast.Lt: ast.Gt(), ast.LtE: ast.GtE()}.get(type(op), op)
+    n = _limit(right, consts)
+    if n is None or not _is_len_of(left, leaf) or not isinstance(op, (ast.Gt, ast.GtE, ast.Eq)):
+        return None
+    return n, int(isinstance(op, ast.Gt))
+
+
+def _trims(node: ast.AST, leaf: str) -> bool:
+    """Whether a statement or expression takes items out of `leaf` or rebinds it."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in _TAKERS and ends_in(node.func.value, leaf)
+    if isinstance(node, ast.Delete):
+        return any(isinstance(t, ast.Subscript) and ends_in(t.value, leaf) for t in node.targets)
+    if isinstance(node, ast.Assign):
+        return any(ends_in(t, leaf) for t in node.targets)
+    return False
+
+
+def _kept_slice(node: ast.AST, leaf: str, consts: dict[str, int]) -> Bound | None:
+    """N of ``leaf = leaf[-N:]`` (``leaf[:] = ...`` too) or ``del leaf[:-N]``."""
+    if isinstance(node, ast.Assign) and any(ends_in(t, leaf) for t in node.targets):
+        s = node.value
+        if isinstance(s, ast.Subscript) and ends_in(s.value, leaf) and isinstance(s.slice, ast.Slice):
+            if s.slice.upper is None and s.slice.step is None:
+                return _negative(s.slice.lower, consts)
+    if isinstance(node, ast.Delete) and len(node.targets) == 1:
+        t = node.targets[0]
+        if isinstance(t, ast.Subscript) and ends_in(t.value, leaf) and isinstance(t.slice, ast.Slice):
+            if t.slice.lower is None and t.slice.step is None:
+                return _negative(t.slice.upper, consts)
+    return None
+
+
+def _negative(node: ast.AST | None, consts: dict[str, int]) -> Bound | None:
+    """N of the slice bound ``-N``."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        n = _limit(node.operand, consts)
+        return None if n is None else (n, 0)
+    return None

@@ -1,0 +1,121 @@
+"""A container the user's code trims to its last N items (a sliding window written by hand) fills
+up like a leak until it holds N: read from the source, the bound makes it a bounded container."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+import memleak
+from memleak.probes.bounds import code_bound
+
+SOURCE = textwrap.dedent('''
+    MAX_KEPT = 50
+
+    class Windows:
+        def update(self, x):
+            self.recent.append(x)
+            if len(self.recent) > 100:
+                self.recent.pop(0)
+            self.at_most.append(x)
+            if 30 <= len(self.at_most):
+                self.at_most.popleft()
+            self.last = self.last[-MAX_KEPT:]
+            del self.tail[:-20]
+            self.said.append(x)
+            if len(self.said) > 10:
+                print("long")
+            self.by_attr.append(x)
+            if len(self.by_attr) > self.size:
+                self.by_attr.pop(0)
+            if len(self.queue) == self.window:
+                self.queue.popleft()
+            self.queue.append(x)
+''')
+
+
+def test_the_bound_is_read_from_a_guarded_trim_a_kept_slice_or_a_deleted_head(tmp_path):
+    path = tmp_path / "windows.py"
+    path.write_text(SOURCE)
+    region = [(str(path), 1, 100)]
+    assert code_bound("mon.recent", region) == 101  # one more, until the pop after the test
+    assert code_bound("at_most", region) == 30  # `N <= len(x)`, turned round
+    assert code_bound("self.last", region) == 50  # a module constant
+    assert code_bound("tail", region) == 20
+    assert code_bound("said", region) is None  # the test guards no trim
+    assert code_bound("by_attr", region) is None  # an attribute of an owner not given
+    assert code_bound("mon.by_attr", region, {"size": 7}) == 8  # the owner's int attribute
+    assert code_bound("mon.by_attr", region, {"size": "7"}) is None
+    assert code_bound("queue", region, {"window": 5}) == 5
+    assert code_bound("elsewhere", region) is None
+    assert code_bound("recent", [(str(tmp_path / "missing.py"), 1, 10)]) is None
+
+
+class PopWindow:
+    def __init__(self):
+        self.recent = []
+
+    def update(self, out):
+        self.recent.append(out.detach())
+        if len(self.recent) > 100:
+            self.recent.pop(0)
+
+
+class WindowOfItsSize:
+    """A window as real code writes it: its size an attribute (``self.window_size``)."""
+
+    def __init__(self, window_size=100):
+        self.window_size = window_size
+        self.losses_window = []
+
+    def update(self, out):
+        self.losses_window.append(out.detach())
+        if len(self.losses_window) > self.window_size:
+            self.losses_window.pop(0)
+
+
+class PopsOneAddsTwo:
+    def __init__(self):
+        self.pairs = []
+
+    def update(self, out):
+        self.pairs.append(out.detach())
+        self.pairs.append(out.detach().clone())
+        if len(self.pairs) > 10:
+            self.pairs.pop(0)
+
+
+def _report(monitor, steps: int = 40) -> memleak.Report:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memleak.track(model, optimizer=opt) as tracker:
+        for _ in range(steps):
+            out = model(torch.randn(16, 32))
+            opt.zero_grad()
+            out.pow(2).mean().backward()
+            opt.step()
+            monitor.update(out)
+    return tracker.report()
+
+
+@pytest.mark.parametrize("window", [PopWindow, WindowOfItsSize], ids=["literal", "owner_attribute"])
+def test_a_window_the_code_keeps_to_100_items_is_no_leak_while_it_fills(window):
+    report = _report(window())
+    assert report.verdict.value != "leak", str(report)
+    assert not any(s.leak for s in report.suspects), str(report)
+    assert "the trim in your code" in str(report)
+
+
+def test_a_window_whose_bound_is_far_away_is_judged_as_any_holder():
+    report = _report(WindowOfItsSize(window_size=10_000), steps=40)  # 40 items: 10,000 is 250 times that
+    assert report.verdict.value == "leak", str(report)
+    assert report.suspects[0].location == "monitor.losses_window"
+
+
+def test_a_trim_that_takes_fewer_items_than_the_loop_adds_is_still_a_leak():
+    report = _report(PopsOneAddsTwo())
+    assert report.verdict.value == "leak", str(report)
+    assert report.suspects[0].location == "monitor.pairs", str(report)
