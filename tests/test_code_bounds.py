@@ -33,6 +33,15 @@ SOURCE = textwrap.dedent('''
             if len(self.queue) == self.window:
                 self.queue.popleft()
             self.queue.append(x)
+            if len(self.memory) < self.size:
+                self.memory.append(None)
+            self.memory[self.position] = x
+            if self.hard.__len__() < 10 or len(self.hard) <= 8:
+                heapq.heappush(self.hard, x)
+            if len(self.top) <= 8:
+                heapq.heappush(self.top, x)
+            if len(self.seen) < 4:
+                print("few")
 ''')
 
 
@@ -49,6 +58,10 @@ def test_the_bound_is_read_from_a_guarded_trim_a_kept_slice_or_a_deleted_head(tm
     assert code_bound("mon.by_attr", region, {"size": 7}) == 8  # the owner's int attribute
     assert code_bound("mon.by_attr", region, {"size": "7"}) is None
     assert code_bound("queue", region, {"window": 5}) == 5
+    assert code_bound("buffer.memory", region, {"size": 1000}) == 1000  # filled only while short of it
+    assert code_bound("top", region) == 9  # `<= 8` guards a heappush
+    assert code_bound("hard", region) is None  # a test that is no comparison of len()
+    assert code_bound("seen", region) is None  # the test guards no add
     assert code_bound("elsewhere", region) is None
     assert code_bound("recent", [(str(tmp_path / "missing.py"), 1, 10)]) is None
 
@@ -106,7 +119,7 @@ def test_a_window_the_code_keeps_to_100_items_is_no_leak_while_it_fills(window):
     report = _report(window())
     assert report.verdict.value != "leak", str(report)
     assert not any(s.leak for s in report.suspects), str(report)
-    assert "the trim in your code" in str(report)
+    assert "the bound in your code" in str(report)
 
 
 def test_a_window_whose_bound_is_far_away_is_judged_as_any_holder():
@@ -119,3 +132,25 @@ def test_a_trim_that_takes_fewer_items_than_the_loop_adds_is_still_a_leak():
     report = _report(PopsOneAddsTwo())
     assert report.verdict.value == "leak", str(report)
     assert report.suspects[0].location == "monitor.pairs", str(report)
+
+
+class ReplayMemory:
+    """The replay memory written before deques had a maxlen: filled while short of its limit, then
+    overwritten in place (its limit under a name the owner check does not know)."""
+
+    def __init__(self, buffer_limit):
+        self.buffer_limit = buffer_limit
+        self.memory = []
+        self.position = 0
+
+    def update(self, out):
+        if len(self.memory) < self.buffer_limit:
+            self.memory.append(None)
+        self.memory[self.position] = out.detach()
+        self.position = (self.position + 1) % self.buffer_limit
+
+
+def test_a_memory_filled_only_while_short_of_its_limit_is_no_leak_while_it_fills():
+    report = _report(ReplayMemory(buffer_limit=200))
+    assert report.verdict.value != "leak", str(report)
+    assert "the bound in your code" in str(report)

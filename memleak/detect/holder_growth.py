@@ -350,7 +350,7 @@ def filling_bounded(holders: Sequence[HoldersRecord]) -> dict[str, str]:
             continue
         out[name] = (
             f"{name} is a bounded container (it keeps at most {last.capacity} items: a deque's maxlen, the "
-            f"capacity beside it, or the trim in your code) still filling up: {last.length} items at step {at}, about "
+            f"capacity beside it, or the bound in your code) still filling up: {last.length} items at step {at}, about "
             f"{fmt_bytes(last.bytes / last.length)} each, so at most about "
             f"{fmt_bytes(last.bytes / last.length * last.capacity)} once full; its tensors carry no autograd graph"
         )

@@ -1,7 +1,8 @@
 """The bound the user's code trims a container to: a sliding window written by hand.
 
 A list kept to its last N items (``if len(recent) > 100: recent.pop(0)``, ``recent = recent[-100:]``,
-``del recent[:-100]``) grows like a leak until it holds N: in a run shorter than that, the counts
+``del recent[:-100]``), or filled only while short of N (``if len(memory) < self.size:
+memory.append(x)``, a replay memory's), grows like a leak until it holds N: in a run shorter than that, the counts
 alone cannot tell them apart, the code can. Read from the source (AST), as `stores` finds the
 storing line: N is an int literal, a module-level constant of the same file (``MAX_KEPT = 100``)
 or an int attribute of the container's owner (``len(self.recent) > self.window_size``).
@@ -15,10 +16,12 @@ import ast
 import os
 from functools import lru_cache
 
-from .stores import Region, ends_in, leaf_name, source_tree, spans
+from .stores import ADDERS, Region, ends_in, leaf_name, source_tree, spans
 
 #: Methods that take items out of a container (a trim, when the window's test guards them).
 _TAKERS = frozenset({"pop", "popleft", "popitem", "remove", "clear"})
+#: Functions that put an item into the container they are given first (heapq's, bisect's).
+_ADD_FUNCTIONS = frozenset({"heappush", "insort", "insort_left", "insort_right"})
 
 
 #: A bound as the source gives it: an int, or the name of an int attribute of the container's
@@ -55,12 +58,15 @@ def _bound(filename: str, mtime: float, first: int, last: int, leaf: str) -> Bou
         if not first <= getattr(node, "lineno", 0) <= last:
             continue
         if isinstance(node, (ast.If, ast.While)):
-            n = _len_test(node.test, leaf, consts)
-            if n is not None and any(_trims(s, leaf) for stmt in node.body for s in ast.walk(stmt)):
-                return n
-        n = _kept_slice(node, leaf, consts)
-        if n is not None:
-            return n
+            test = _len_test(node.test, leaf, consts)
+            if test is not None:
+                n, slack, fills = test
+                guarded = _adds if fills else _trims
+                if any(guarded(s, leaf) for stmt in node.body for s in ast.walk(stmt)):
+                    return n, slack
+        kept = _kept_slice(node, leaf, consts)
+        if kept is not None:
+            return kept
     return None
 
 
@@ -100,19 +106,31 @@ def _is_len_of(node: ast.AST, leaf: str) -> bool:
     )
 
 
-def _len_test(test: ast.AST, leaf: str, consts: dict[str, int]) -> Bound | None:
-    """N of ``len(leaf) > N`` (N + 1 items at most, trimmed after the test), ``>= N`` or ``== N``,
-    either way round."""
+def _len_test(test: ast.AST, leaf: str, consts: dict[str, int]) -> tuple[int | str, int, bool] | None:
+    """(N, slack, fills) of ``len(leaf) > N`` (N + 1 items at most: the trim it guards comes after
+    the test), ``>= N`` or ``== N``; or, `fills`, of ``len(leaf) < N`` (an add it guards keeps N at
+    most) or ``<= N`` (N + 1). Either way round."""
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
     left, op, right = test.left, test.ops[0], test.comparators[0]
     if _is_len_of(right, leaf):  # N < len(leaf): turned round
         left, right = right, left
-        op = {ast.Lt: ast.Gt(), ast.LtE: ast.GtE()}.get(type(op), op)
+        op = {ast.Lt: ast.Gt(), ast.LtE: ast.GtE(), ast.Gt: ast.Lt(), ast.GtE: ast.LtE()}.get(type(op), op)
     n = _limit(right, consts)
-    if n is None or not _is_len_of(left, leaf) or not isinstance(op, (ast.Gt, ast.GtE, ast.Eq)):
+    if n is None or not _is_len_of(left, leaf) or not isinstance(op, (ast.Gt, ast.GtE, ast.Eq, ast.Lt, ast.LtE)):
         return None
-    return n, int(isinstance(op, ast.Gt))
+    return n, int(isinstance(op, (ast.Gt, ast.LtE))), isinstance(op, (ast.Lt, ast.LtE))
+
+
+def _adds(node: ast.AST, leaf: str) -> bool:
+    """Whether an expression puts an item into `leaf` (``leaf.append(x)``, ``heapq.heappush(leaf, x)``)."""
+    if not isinstance(node, ast.Call):
+        return False
+    fn = node.func
+    if isinstance(fn, ast.Attribute) and fn.attr in ADDERS and ends_in(fn.value, leaf):
+        return True
+    name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+    return name in _ADD_FUNCTIONS and bool(node.args) and ends_in(node.args[0], leaf)
 
 
 def _trims(node: ast.AST, leaf: str) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 from .frames import is_user_file
 
 #: Methods that put an element into a container.
-_ADDERS = frozenset(
+ADDERS = frozenset(
     {"append", "extend", "insert", "add", "update", "setdefault", "appendleft", "extendleft", "put", "push"}
 )
 #: Values that start an empty holder: an initialisation, not a store.
@@ -60,7 +60,7 @@ def _is_empty(value: ast.AST | None) -> bool:
 def _stores(node: ast.AST, leaf: str) -> bool:
     """Whether one statement or expression puts something into `leaf`."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        return node.func.attr in _ADDERS and ends_in(node.func.value, leaf)
+        return node.func.attr in ADDERS and ends_in(node.func.value, leaf)
     if isinstance(node, ast.AugAssign):
         return ends_in(node.target, leaf)
     if isinstance(node, (ast.Assign, ast.AnnAssign)):
