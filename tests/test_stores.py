@@ -63,17 +63,23 @@ def test_the_adding_line_is_found_and_initialisations_are_not(tmp_path):
     assert store_line(str(tmp_path / "missing.py"), 1, 10, "history") is None
 
 
-def test_a_tracked_loop_records_the_append_line_of_its_growing_list():
+def _keeping_outputs(steps: int) -> tuple[memleak.Tracker, int]:
+    """A tracked loop at level full that keeps each step's output in `kept`, and the line that does."""
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     kept = []
+    steady = [torch.zeros(4) for _ in range(3)]  # noqa: F841 (walked as a local; it never grows)
     with memleak.track(model, optimizer=opt, level="full") as tracker:
-        for _ in range(40):
+        for _ in range(steps):
             out = model(torch.randn(4, 8))
             out.sum().backward()
             opt.step()
             kept.append(out)
-    append_line = inspect.currentframe().f_lineno - 1  # the line above
+    return tracker, inspect.currentframe().f_lineno - 1  # the line above
+
+
+def test_a_tracked_loop_records_the_append_line_of_its_growing_list():
+    tracker, append_line = _keeping_outputs(40)
     rows = [r for rec in tracker.run().holders for r in rec.holders if r.holder == "kept"]
     assert rows, "the walk did not name `kept`"
     assert rows[-1].stored == f"test_stores.py:{append_line}"
@@ -84,19 +90,10 @@ def test_a_tracked_loop_records_the_append_line_of_its_growing_list():
 
 
 def test_stores_are_looked_up_for_holders_that_grew_not_at_the_first_walk_nor_for_steady_ones():
-    model = torch.nn.Linear(8, 8)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    kept = []
-    steady = [torch.zeros(4) for _ in range(3)]  # noqa: F841 (walked as a local; it never grows)
-    with memleak.track(model, optimizer=opt, level="full") as tracker:
-        for _ in range(20):
-            out = model(torch.randn(4, 8))
-            out.sum().backward()
-            opt.step()
-            kept.append(out)
+    tracker, append_line = _keeping_outputs(20)
     walks = tracker.run().holders
     assert len(walks) >= 3
     stored = [{r.holder: r.stored for r in rec.holders} for rec in walks]
     assert all(line == "" for line in stored[0].values())  # the first walk: nothing to compare with
     assert all(s.get("steady") == "" for s in stored if "steady" in s)  # its size never changed
-    assert all(s["kept"].startswith("test_stores.py:") for s in stored[1:] if "kept" in s)
+    assert all(s["kept"] == f"test_stores.py:{append_line}" for s in stored[1:] if "kept" in s)
