@@ -111,12 +111,14 @@ def holders_record(
     scope: str = "",
     before: dict[str, tuple] | None = None,
     code_bounds: dict[str, int] | None = None,
+    new_grew: bool = True,
 ) -> HoldersRecord:
     """The ``holders`` record of a walk: its largest holders first, the largest with the user's
     line that stores into them. `scope`: "model" for a walk of the model tree only. `before`: what
     the walk before found (`holder_sizes`): a store is looked up only for a holder new since or
     grown (the report names the line of a leaking holder only, and parsing the user's files is a
-    first deep step's largest cost); empty, the first walk: none. `code_bounds`: the bounds the
+    first deep step's largest cost); empty, the first walk: none; `new_grew`, False: a holder new
+    to `before` did not grow (the run's last walk, from frames of its own). `code_bounds`: the bounds the
     user's code trims containers to (`bounds.code_bound`), looked up with the stores and kept
     there from one walk to the next."""
     # holders of tensors, and of plain Python data (pydata) big enough to matter
@@ -124,7 +126,7 @@ def holders_record(
     holders = sorted(kept, key=lambda s: -(s.nbytes + s.obj_bytes))[:60]
     rows = []
     for i, h in enumerate(holders):
-        looked_up = i < _STORES_LOOKED_UP and _grew(h, before)
+        looked_up = i < _STORES_LOOKED_UP and _grew(h, before, new_grew)
         if code_bounds is not None and i < _STORES_LOOKED_UP:
             _bound_by_code(h, walk, code_bounds, looked_up)
         rows.append(h.row(stored=(find_store(h.holder, walk.regions) or "") if looked_up else ""))
@@ -153,14 +155,14 @@ def _bound_by_code(h: HolderStats, walk: Walk, code_bounds: dict[str, int], look
         h.capacity, h.length = cap, n
 
 
-def _grew(h: HolderStats, before: dict[str, tuple] | None) -> bool:
-    """Whether holder `h` is new since the walk that found `before`, or holds more (None: no walk to
-    compare with, every holder counts)."""
+def _grew(h: HolderStats, before: dict[str, tuple] | None, new_grew: bool = True) -> bool:
+    """Whether holder `h` is new since the walk that found `before` (if `new_grew`), or holds more
+    (None: no walk to compare with, every holder counts)."""
     if before is None:
         return True
     was = before.get(h.holder)
     if was is None:
-        return bool(before)
+        return new_grew and bool(before)
     return any(a > b for a, b in zip((h.count, h.nbytes, h.nodes, h.obj_bytes), was, strict=True))
 
 

@@ -278,7 +278,9 @@ class TensorProbe(Probe):
         self.ages.prune()
         if final:
             if self.loop_frame is not None and self.loop_frame in here:
-                rec = holders_record(walk, step, walk_seconds, before=self.sizes, code_bounds=self.code_bounds)
+                rec = holders_record(
+                    walk, step, walk_seconds, before=self.sizes, code_bounds=self.code_bounds, new_grew=False
+                )
                 self.ctx.emit(RecordType.HOLDERS, rec.to_dict())
             self._check_births(step, exclude, ptrs, walk.tensor_holder, {**self.site_holders, **self.named_sites})
             self._check_saved(step, ptrs)
