@@ -120,6 +120,7 @@ def test_a_window_the_code_keeps_to_100_items_is_no_leak_while_it_fills(window):
     assert report.verdict.value != "leak", str(report)
     assert not any(s.leak for s in report.suspects), str(report)
     assert "the bound in your code" in str(report)
+    assert report.suspects[0].fix.startswith("None needed: monitor."), report.suspects[0].fix
 
 
 def test_a_window_whose_bound_is_far_away_is_judged_as_any_holder():

@@ -104,6 +104,7 @@ def _spare_bounded(holders: Sequence[HoldersRecord], findings: Entries) -> None:
             f["leak"] = False
             f["evidence"].append(why)
             f["data"] = {**f["data"], "filling": True}  # the growth it explains stops at its bound (suspects.rank)
+            f["fix"] = f"None needed: {loc} stops growing at its bound (lower it if it holds too much once full)."
 
 
 def _cap_uncarried_chains(findings: Entries, carried) -> None:
