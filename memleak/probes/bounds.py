@@ -16,7 +16,7 @@ import ast
 import os
 from functools import lru_cache
 
-from .stores import ADDERS, Region, ends_in, leaf_name, source_tree, spans
+from .stores import Region, adds_to, ends_in, leaf_name, source_tree, spans
 
 #: Methods that take items out of a container (a trim, when the window's test guards them).
 _TAKERS = frozenset({"pop", "popleft", "popitem", "remove", "clear"})
@@ -126,9 +126,9 @@ def _adds(node: ast.AST, leaf: str) -> bool:
     """Whether an expression puts an item into `leaf` (``leaf.append(x)``, ``heapq.heappush(leaf, x)``)."""
     if not isinstance(node, ast.Call):
         return False
-    fn = node.func
-    if isinstance(fn, ast.Attribute) and fn.attr in ADDERS and ends_in(fn.value, leaf):
+    if adds_to(node, leaf):
         return True
+    fn = node.func
     name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
     return name in _ADD_FUNCTIONS and bool(node.args) and ends_in(node.args[0], leaf)
 

@@ -126,10 +126,13 @@ def holders_record(
     holders = sorted(kept, key=lambda s: -(s.nbytes + s.obj_bytes))[:60]
     rows = []
     for i, h in enumerate(holders):
-        looked_up = i < _STORES_LOOKED_UP and _grew(h, before, new_grew)
-        if code_bounds is not None and i < _STORES_LOOKED_UP:
-            _bound_by_code(h, walk, code_bounds, looked_up)
-        rows.append(h.row(stored=(find_store(h.holder, walk.regions) or "") if looked_up else ""))
+        stored = ""
+        if i < _STORES_LOOKED_UP:
+            grew = _grew(h, before, new_grew)
+            if code_bounds is not None:
+                _bound_by_code(h, walk, code_bounds, grew)
+            stored = (find_store(h.holder, walk.regions) or "") if grew else ""
+        rows.append(h.row(stored=stored))
     return HoldersRecord(
         step=step,
         holders=tuple(rows),

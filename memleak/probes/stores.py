@@ -19,7 +19,7 @@ from typing import Any
 from .frames import is_user_file
 
 #: Methods that put an element into a container.
-ADDERS = frozenset(
+_ADDERS = frozenset(
     {"append", "extend", "insert", "add", "update", "setdefault", "appendleft", "extendleft", "put", "push"}
 )
 #: Values that start an empty holder: an initialisation, not a store.
@@ -57,10 +57,20 @@ def _is_empty(value: ast.AST | None) -> bool:
     return False
 
 
+def adds_to(node: ast.AST, leaf: str) -> bool:
+    """Whether an expression calls a method of `leaf` that puts an element into it (``leaf.append(x)``)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _ADDERS
+        and ends_in(node.func.value, leaf)
+    )
+
+
 def _stores(node: ast.AST, leaf: str) -> bool:
     """Whether one statement or expression puts something into `leaf`."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        return node.func.attr in ADDERS and ends_in(node.func.value, leaf)
+        return adds_to(node, leaf)
     if isinstance(node, ast.AugAssign):
         return ends_in(node.target, leaf)
     if isinstance(node, (ast.Assign, ast.AnnAssign)):
