@@ -70,34 +70,40 @@ def graph_info(grad_fns: list, cap: int, prev: Roots | None = None, now: Roots |
     info = GraphInfo()
     if prev and now:
         prev = prev - now
-    # id -> the wrapper, kept until the walk ends: a wrapper freed when popped would hand its id
-    # to the next one made, and that node would pass for one already seen
-    seen: dict[int, object] = {}
-    stack = list(grad_fns)
+    # only a node whose sequence number is in prev can be one of its outputs (a set test per node,
+    # where building each edge's key costs a call and a tuple)
+    prev_seqs = {seq for _, seq, _ in prev} if prev else set()
+    # id -> (the wrapper, its sequence number), kept until the walk ends: a wrapper freed when
+    # popped would hand its id to the next one made, and that node would pass for one already seen
+    seen: dict[int, tuple[object, int]] = {}
+    # edges as next_functions gives them, (node, output number): pushed whole, not one by one
+    stack: list[tuple[object, int | None]] = [(fn, None) for fn in grad_fns]
+    pop, push = stack.pop, stack.extend
+    lo, hi = NO_SEQ, -1
     while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
+        node, nr = pop()
+        if node is None:
             continue
-        seen[id(node)] = node
-        seq = _seq(node)
+        known = seen.get(id(node))
+        seq = _seq(node) if known is None else known[1]
+        if nr is not None and seq in prev_seqs and (type(node).__name__, seq, nr) in prev:  # type: ignore[operator]
+            info.linked = True
+            prev_seqs = set()  # found: no edge needs testing any more
+        if known is not None:
+            continue
+        seen[id(node)] = (node, seq)
         if seq < NO_SEQ:
-            info.lo = seq if info.lo is None or seq < info.lo else info.lo
-            info.hi = seq if info.hi is None or seq > info.hi else info.hi
+            lo, hi = min(lo, seq), max(hi, seq)
         if len(seen) >= cap:
             info.capped = True
             break
         try:
-            nxt = node.next_functions
+            push(node.next_functions)  # type: ignore[attr-defined]
         except (AttributeError, RuntimeError):
             continue
-        for n, nr in nxt:
-            if n is None:
-                continue
-            if prev and not info.linked:
-                info.linked = node_key(n, nr) in prev
-            if id(n) not in seen:
-                stack.append(n)
     info.nodes = len(seen)
+    if hi >= 0:
+        info.lo, info.hi = lo, hi
     return info
 
 
