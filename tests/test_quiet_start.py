@@ -43,7 +43,7 @@ def test_a_clean_loop_pays_for_eight_young_steps_not_thirty_two():
     while nxt <= 40:
         checks.append(nxt - 1)
         nxt = math.ceil(escalation.CHECK_RATIO * nxt)
-    assert report.run.check_steps() == checks == [11, 17, 26]
+    assert report.run.check_steps() == checks == [15, 31]
     assert report.verdict.value == "clean", str(report)
     assert f"full detail on steps 0-{q - 1} (start)" in str(report)
     assert f"the young steps ended at step {q}: nothing survived or grew in them" in " ".join(str(report).split())

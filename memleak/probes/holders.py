@@ -35,7 +35,7 @@ from .bounds import code_bound
 from .frames import is_locals_snapshot, is_user_file, release_snapshots
 from .graphs import Roots
 from .holder_stats import HolderStats
-from .identity import Ages, module_names
+from .identity import Ages, Modules, model_modules, module_names
 from .jit_traces import add_traced
 from .reach import closure_items, default_items
 from .stores import find_store, source_regions
@@ -66,24 +66,28 @@ def walk_roots(
     device_type: str | None = None,
     prev_roots: dict[str, Roots] | None = None,
     traces_since: int = 0,
+    modules: Modules | None = None,
 ) -> Walk:
     """Walk from the frames' locals, their globals, and the model tree (and, with frames, the
-    functions torch.jit.trace made after the first `traces_since`)."""
+    functions torch.jit.trace made after the first `traces_since`). `modules`: the model's
+    (`identity.model_modules`), when the caller has them already."""
+    mods = model_modules(model) if modules is None else modules
+    classes = list(dict.fromkeys(type(m) for _, m in mods))  # where the model's code and globals are
     w = Walk(
         step=step,
         exclude=exclude,
         ages=ages,
-        module_names=module_names(model),
+        module_names=module_names(model, mods),
         budget=budget,
         graph_cap=graph_cap,
         device_type=device_type,
         prev_roots=prev_roots,
     )
-    w.regions = source_regions(frames, model)
+    w.regions = source_regions(frames, classes)
     if model is not None:
         w.visited.add(id(model))  # walked below as the model tree, with module paths
     snapshots = _add_frame_locals(w, frames)
-    globals_list = _user_globals(frames, model)
+    globals_list = _user_globals(frames, classes)
     # the model tree next: its attributes get module paths even when a local names the model
     if model is not None:
         w.visited.discard(id(model))
@@ -275,10 +279,10 @@ def _user_code(fn) -> bool:
 
 
 # -- which module globals to walk
-def _user_globals(frames: list, model) -> list[dict]:
+def _user_globals(frames: list, classes: list[type]) -> list[dict]:
     """The frames' globals; then those of the user modules and functions the frames name (a
     train_step defined in utils.py keeps its globals there); then those of the modules that
-    define the model's classes. Each once, in that order."""
+    define the model's classes (`classes`). Each once, in that order."""
     found: dict[int, dict] = {}
     for f in frames:
         found.setdefault(id(f.f_globals), f.f_globals)
@@ -289,11 +293,10 @@ def _user_globals(frames: list, model) -> list[dict]:
             g = _user_globals_of(v)
             if g is not None:
                 found.setdefault(id(g), g)
-    if model is not None:
-        for m in model.modules():
-            g = getattr(sys.modules.get(type(m).__module__), "__dict__", None)
-            if g is not None and id(g) not in found and top_package(type(m)) not in SKIP_PACKAGES:
-                found[id(g)] = g
+    for cls in classes:
+        g = getattr(sys.modules.get(cls.__module__), "__dict__", None)
+        if g is not None and id(g) not in found and top_package(cls) not in SKIP_PACKAGES:
+            found[id(g)] = g
     return list(found.values())
 
 

@@ -85,21 +85,30 @@ def user_path(name: str) -> str:
     return ".".join(part for part in name.split(".") if part != "_orig_mod")
 
 
-def module_names(model) -> dict[int, str]:
+#: The model's modules with their paths, each once, as ``named_modules()`` gives them.
+Modules = list[tuple[str, torch.nn.Module]]
+
+
+def model_modules(model) -> Modules:
+    """The model's modules with their paths, from one pass over the tree: a deep step's parts (the
+    owned tensors, the walk's module paths, the classes whose code and globals it reads) share it."""
+    return [] if model is None else list(model.named_modules(remove_duplicate=True))
+
+
+def module_names(model, modules: Modules | None = None) -> dict[int, str]:
     """Module path by module id, in the user's spelling (a compiled wrapper shares its module's path)."""
-    if model is None:
-        return {}
-    return {id(m): user_path(name) for name, m in model.named_modules(remove_duplicate=True)}
+    mods = model_modules(model) if modules is None else modules
+    return {id(m): user_path(name) for name, m in mods}
 
 
-def params_and_buffers(model) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def params_and_buffers(model, modules: Modules | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The model's parameters and buffers, each once, as ``model.parameters()`` and
     ``model.buffers()`` give them, from one pass over its modules (each of those builds every
     module's path: four times the time, on every deep step)."""
     params: dict[int, torch.Tensor] = {}
     buffers: dict[int, torch.Tensor] = {}
     if model is not None:
-        for m in model.modules():
+        for _, m in model_modules(model) if modules is None else modules:
             for p in m._parameters.values():
                 if p is not None:
                     params[id(p)] = p
@@ -116,14 +125,15 @@ def state_tensors(state: Any, p: Any) -> list[torch.Tensor]:
     return [v for v in st.values() if isinstance(v, torch.Tensor)] if isinstance(st, dict) else []
 
 
-def excluded_ids(model, optimizer, start_params=None) -> tuple[set[int], set[int]]:
+def excluded_ids(model, optimizer, start_params=None, modules: Modules | None = None) -> tuple[set[int], set[int]]:
     """Ids of parameters, gradients, buffers and optimizer state; and their storage pointers.
 
     With a model, only its parameters (and their gradients and optimizer state) are owned: a
     parameter the optimizer keeps that no module of the model has (a group added on every step)
     is counted where the walk finds it (`optimizer_params`). Without one, the optimizer's are,
-    or, given `start_params` (`optimizer_params.StartParams`), those it held when first seen."""
-    params, owned = params_and_buffers(model)
+    or, given `start_params` (`optimizer_params.StartParams`), those it held when first seen.
+    `modules`: the model's (`model_modules`), when the caller has them already."""
+    params, owned = params_and_buffers(model, modules)
     if optimizer is not None:
         if model is None:
             params = (

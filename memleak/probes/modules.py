@@ -334,10 +334,18 @@ class ModuleProbe(Probe):
 
     def _scan_attributes(self, step: int, model, opt) -> None:
         """The module-attribute scan of level "modules": the reference walk over the model tree only."""
-        exclude, _ = excluded_ids(model, opt)
+        modules = identity.model_modules(model)
+        exclude, _ = excluded_ids(model, opt, modules=modules)
         t0 = time.perf_counter()
         walk = walk_roots(
-            step=step, model=model, optimizer=opt, ages=self.ages, exclude=exclude, frames=[], budget=3000
+            step=step,
+            model=model,
+            optimizer=opt,
+            ages=self.ages,
+            exclude=exclude,
+            frames=[],
+            budget=3000,
+            modules=modules,
         )
         self.ages.prune()
         rec = holders_record(walk, step, time.perf_counter() - t0, scope="model")

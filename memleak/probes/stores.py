@@ -14,7 +14,6 @@ import linecache
 import os
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import Any
 
 from .frames import is_user_file
 
@@ -129,20 +128,17 @@ def code_span(code) -> tuple[int, int]:
 Region = tuple[str, int, int] | type
 
 
-def source_regions(frames: list, model: Any) -> list[Region]:
+def source_regions(frames: list, classes: list[type]) -> list[Region]:
     """Where a store into a holder is looked for, nearest first: the functions the user's frames
-    run, the classes of the model's modules, then the whole files of those frames."""
+    run, the classes of the model's modules (`classes`, each once), then the whole files of those
+    frames."""
     regions: list[Region] = []
     for f in frames:
         regions.append((f.f_code.co_filename, *code_span(f.f_code)))
-    regions.extend(_user_classes(model))
+    regions.extend(classes)
     for f in frames:
         regions.append((f.f_code.co_filename, 1, 1 << 30))
     return list(dict.fromkeys(regions))
-
-
-def _user_classes(model: Any) -> list[type]:
-    return [] if model is None else list(dict.fromkeys(type(m) for m in model.modules()))
 
 
 @lru_cache(maxsize=256)

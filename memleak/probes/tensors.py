@@ -45,7 +45,7 @@ from .budget import young_gap
 from .frames import user_frames, user_site
 from .holder_stats import compare_sizes, holder_sizes
 from .holders import holders_record, walk_roots
-from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes
+from .identity import Ages, excluded_ids, is_compiled, model_modules, tensor_nbytes
 from .jit_traces import traced_functions
 from .optimizer_params import StartParams
 from .referrers import name_by_referrers
@@ -63,7 +63,7 @@ QUIET_CHECKS = 4
 # Level auto's young run tags (creation sites, saved tensors) in this many deep steps, then walks
 # only while nothing was seen: tagging costs a deep step more than its walk, and a quiet run's
 # survivors show in the cohorts of the first ones (a step's tensors count once two steps old).
-YOUNG_TAGGED = 2
+YOUNG_TAGGED = 1
 # In the auto level's windows, every other step is deep (the densest the survivor check allows:
 # a tensor counts as surviving once it is two steps old).
 WINDOW_GAP = 2
@@ -253,7 +253,8 @@ class TensorProbe(Probe):
     def _deep_sample(self, step: int, final: bool = False, check: bool = False) -> None:
         model = self.ctx.model_ref()
         opt = self.ctx.optimizer_ref()
-        exclude, ptrs = excluded_ids(model, opt, self.start_params)
+        modules = model_modules(model)  # one pass over the tree, for the owned tensors and the walk
+        exclude, ptrs = excluded_ids(model, opt, self.start_params, modules)
         frames = user_frames()
         here = [(id(f), f.f_code) for f in frames]
         if not final:
@@ -272,6 +273,7 @@ class TensorProbe(Probe):
             device_type=self.ctx.device.type,
             prev_roots=self.prev_roots,
             traces_since=self.traces_at_start,
+            modules=modules,
         )
         del frames
         walk_seconds = time.perf_counter() - t0

@@ -93,7 +93,7 @@ GROWTH_SPACING = 2.0
 #: at steps each CHECK_RATIO times the last (from CHECK_RATIO times the young steps' end), so that
 #: a holder that gains a tensor every few steps, too little for the growth screen, is counted at a
 #: few steps spread over the run (a log(n) cost, like the young steps', not a share of the run).
-CHECK_RATIO = 1.5
+CHECK_RATIO = 2.0
 #: The growth screen: Kendall's tau over the last SCREEN_ROWS values (at least SCREEN_MIN_ROWS)...
 SCREEN_ROWS = 64
 SCREEN_MIN_ROWS = 8
