@@ -62,7 +62,8 @@ MAX_GAP = 6
 QUIET_CHECKS = 4
 # Level auto's young run tags (creation sites, saved tensors) in this many deep steps, then walks
 # only while nothing was seen: tagging costs a deep step more than its walk, and a quiet run's
-# survivors show in the cohorts of the first ones (a step's tensors count once two steps old).
+# survivors show in the first one's cohort (a step's tensors count once two steps old; anything
+# seen surviving or growing turns tagging back on).
 YOUNG_TAGGED = 1
 # In the auto level's windows, every other step is deep (the densest the survivor check allows:
 # a tensor counts as surviving once it is two steps old).

@@ -10,7 +10,7 @@ backward and no holder holding more tensors, tensor bytes or graph nodes from on
 next, nor plain Python data faster than a detector would name it (`Probe.quiet`), and the growth
 screen sees nothing rising since step 0. Most runs leak nothing, and they pay for 8 young steps,
 not 32; a run where anything survives or grows keeps all 32, the same evidence as at full.
-While nothing was seen, only the first two deep steps tag creation sites (`tensors.YOUNG_TAGGED`):
+While nothing was seen, only the first deep step tags creation sites (`tensors.YOUNG_TAGGED`):
 the later ones walk, and tag again once anything survives or grows.
 
 After that, a window turns the sampled probes on (module hooks, creation-site tagging,
