@@ -78,14 +78,20 @@ def graph_info(grad_fns: list, cap: int, prev: Roots | None = None, now: Roots |
     seen: dict[int, tuple[object, int]] = {}
     # edges as next_functions gives them, (node, output number): pushed whole, not one by one
     stack: list[tuple[object, int | None]] = [(fn, None) for fn in grad_fns]
-    pop, push = stack.pop, stack.extend
+    pop, push, get = stack.pop, stack.extend, seen.get
     lo, hi = NO_SEQ, -1
     while stack:
         node, nr = pop()
         if node is None:
             continue
-        known = seen.get(id(node))
-        seq = _seq(node) if known is None else known[1]
+        known = get(id(node))
+        if known is None:
+            try:  # _seq inlined: this loop runs once per node of every graph a walk meets
+                seq = node._sequence_nr()  # type: ignore[attr-defined]
+            except (AttributeError, RuntimeError):
+                seq = NO_SEQ
+        else:
+            seq = known[1]
         if nr is not None and seq in prev_seqs and (type(node).__name__, seq, nr) in prev:  # type: ignore[operator]
             info.linked = True
             prev_seqs = set()  # found: no edge needs testing any more
@@ -93,7 +99,10 @@ def graph_info(grad_fns: list, cap: int, prev: Roots | None = None, now: Roots |
             continue
         seen[id(node)] = (node, seq)
         if seq < NO_SEQ:
-            lo, hi = min(lo, seq), max(hi, seq)
+            if seq < lo:
+                lo = seq
+            if seq > hi:
+                hi = seq
         if len(seen) >= cap:
             info.capped = True
             break

@@ -58,8 +58,9 @@ MAX_COHORTS = 12
 MAX_REFERRER_LOOKUPS = 3
 # Deep steps come at least this often, whatever they cost (a leak needs a few samples to show).
 MAX_GAP = 6
-# A young run may end early (`quiet`) only after this many deep steps saw nothing.
-QUIET_CHECKS = 4
+# A young run may end early (`quiet`) only after this many deep steps saw nothing (at level auto,
+# steps 1, 3 and 7: while nothing was seen, each young deep step comes twice as far on as the last).
+QUIET_CHECKS = 3
 # Level auto's young run tags (creation sites, saved tensors) in this many deep steps, then walks
 # only while nothing was seen: tagging costs a deep step more than its walk, and a quiet run's
 # survivors show in the first one's cohort (a step's tensors count once two steps old; anything
@@ -248,7 +249,10 @@ class TensorProbe(Probe):
             cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0 - self.lookup_seconds
             self.last_cost = cost
             gap = max(2, math.ceil(cost / max(plain * self.budget, 1e-9)))
-            self.next_deep = step + (WINDOW_GAP if self.window else young_gap(step, cost) or min(gap, MAX_GAP))
+            young = young_gap(step, cost)
+            if young is not None and self._quiet_young():
+                young = step + 1  # nothing seen yet: the next young deep step twice as far on (1, 3, 7)
+            self.next_deep = step + (WINDOW_GAP if self.window else young or min(gap, MAX_GAP))
         return {"deep_seconds": round(time.perf_counter() - t0, 6)}
 
     def _deep_sample(self, step: int, final: bool = False, check: bool = False) -> None:

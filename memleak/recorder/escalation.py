@@ -5,7 +5,8 @@ Young runs (`YOUNG_STEPS`): the first steps run as level full does (each sampled
 own time budget; the census alone waits for the first window), so a short run (a test, a
 script, a job that fails early) gets the same evidence, and the same verdict, as at full. It is
 a start-up cost, so a young run that shows nothing ends early (`QUIET_AT`): once the tensor
-probe's deep steps (four at least) found no tensor surviving its step, no graph outliving its
+probe's deep steps (three at least: while nothing was seen, each comes twice as far on as the
+last, at steps 1, 3 and 7) found no tensor surviving its step, no graph outliving its
 backward and no holder holding more tensors, tensor bytes or graph nodes from one walk to the
 next, nor plain Python data faster than a detector would name it (`Probe.quiet`), and the growth
 screen sees nothing rising since step 0. Most runs leak nothing, and they pay for 8 young steps,
