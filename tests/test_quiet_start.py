@@ -196,3 +196,16 @@ def test_a_quiet_young_run_tags_only_its_first_deep_steps_and_a_leaking_one_goes
     kept = []
     leaking = _tagged_steps(monkeypatch, 12, lambda model, loss: kept.append(loss))
     assert len(leaking) > YOUNG_TAGGED + 1, leaking
+
+
+def test_a_quiet_young_run_walks_at_steps_twice_as_far_apart_and_a_leaking_one_every_other_step():
+    """While nothing was seen, each young deep step comes twice as far on as the last (1, 3, 7);
+    once something grows, every other step, as at level full."""
+    from memleak.probes.tensors import QUIET_CHECKS
+
+    quiet = _loop(12, lambda model, loss: None).run
+    young = [h.step for h in quiet.holders if h.step < escalation.QUIET_AT and h.step not in quiet.check_steps()]
+    assert young == [1, 3, 7] and len(young) == QUIET_CHECKS, young
+    kept: list = []
+    leaking = _loop(12, lambda model, loss: kept.append(loss)).run
+    assert [h.step for h in leaking.holders if h.step < 10] == [1, 3, 5, 7, 9]
