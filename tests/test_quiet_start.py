@@ -206,6 +206,8 @@ def test_a_quiet_young_run_walks_at_steps_twice_as_far_apart_and_a_leaking_one_e
     quiet = _loop(12, lambda model, loss: None).run
     young = [h.step for h in quiet.holders if h.step < escalation.QUIET_AT and h.step not in quiet.check_steps()]
     assert young == [1, 3, 7] and len(young) == QUIET_CHECKS, young
+    assert [m.step for m in quiet.module_records] == [1, 3, 7]  # the module hooks too (their survivors are the tensors')
     kept: list = []
     leaking = _loop(12, lambda model, loss: kept.append(loss)).run
     assert [h.step for h in leaking.holders if h.step < 10] == [1, 3, 5, 7, 9]
+    assert [m.step for m in leaking.module_records] == [1, 3, 7]

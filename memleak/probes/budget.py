@@ -44,9 +44,10 @@ YOUNG_GAP = 2
 YOUNG_MAX_COST = 0.5
 
 
-def young_gap(step: int, cost: float) -> int | None:
+def young_gap(step: int, cost: float, doubling: bool = False) -> int | None:
     """The gap to the next detail step after one at `step` that cost `cost` seconds while the run is
-    young; None once it is not (the probe's budget sets the pace)."""
+    young; None once it is not (the probe's budget sets the pace). `doubling`: level auto's young
+    run, where a probe has nothing to follow up: the next one twice as far on (steps 1, 3, 7)."""
     if step + YOUNG_GAP < YOUNG_DENSE and cost <= YOUNG_MAX_COST:
-        return YOUNG_GAP
+        return step + 1 if doubling else YOUNG_GAP
     return None

@@ -268,7 +268,8 @@ class ModuleProbe(Probe):
         # what this detail step cost: its hooks inside the step (the slower step) and its record
         cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0
         gap = max(MIN_GAP, math.ceil(cost / max(plain * self.budget, 1e-9)))
-        self.next_detail = step + (WINDOW_GAP if self.window else young_gap(step, cost) or min(gap, MAX_GAP))
+        young = young_gap(step, cost, doubling=self.ctx.level == Level.AUTO and self.window is None)  # auto: 1, 3, 7
+        self.next_detail = step + (WINDOW_GAP if self.window else young or min(gap, MAX_GAP))
         return {}
 
     def _remove_hooks(self) -> None:

@@ -249,9 +249,7 @@ class TensorProbe(Probe):
             cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0 - self.lookup_seconds
             self.last_cost = cost
             gap = max(2, math.ceil(cost / max(plain * self.budget, 1e-9)))
-            young = young_gap(step, cost)
-            if young is not None and self._quiet_young():
-                young = step + 1  # nothing seen yet: the next young deep step twice as far on (1, 3, 7)
+            young = young_gap(step, cost, doubling=self._quiet_young())  # nothing seen yet: 1, 3, 7
             self.next_deep = step + (WINDOW_GAP if self.window else young or min(gap, MAX_GAP))
         return {"deep_seconds": round(time.perf_counter() - t0, 6)}
 

@@ -2,7 +2,8 @@
 detail in windows.
 
 Young runs (`YOUNG_STEPS`): the first steps run as level full does (each sampled probe on its
-own time budget; the census alone waits for the first window), so a short run (a test, a
+own time budget; the census alone waits for the first window, and the module hooks sample
+steps 1, 3, 7, 15 and 31 only), so a short run (a test, a
 script, a job that fails early) gets the same evidence, and the same verdict, as at full. It is
 a start-up cost, so a young run that shows nothing ends early (`QUIET_AT`): once the tensor
 probe's deep steps (three at least: while nothing was seen, each comes twice as far on as the
