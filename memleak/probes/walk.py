@@ -1,8 +1,6 @@
 """One budgeted, breadth-first walk of references: each object is visited by its type
 (tensor, container, module, function, frame owner, plain object) and each tensor it meets is
-tallied under its holder (`holder_stats`).
-
-Split from `holders`, which picks the roots (`holders.walk_roots`) and runs the walk.
+tallied under its holder (`holder_stats`). `holders` picks the roots (`walk_roots`) and runs it.
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ from .walk_scope import (
     is_ndarray,
     is_view_of,
     keyed_parts,
+    named_by_class,
     opened_inside,
     pandas_managers,
     skipped,
@@ -304,8 +303,10 @@ class Walk(HolderTally):
             w = weight * n / len(items)
             self._estimated(holder or path)
             self._name_unsampled(obj, holder or path)
+        by_class = n <= NAMED_KEYS and len(items) == n and named_by_class(items)  # a trainer's callbacks
         for it in items:
-            self.push(it, child, holder or path, kind, w, note)
+            p = f"{path}[{type(it).__name__}]" if by_class else child
+            self.push(it, p, child_holder(holder, path, None, p) if by_class else holder or path, kind, w, note)
 
     def _dict(self, obj, path, holder, kind, weight, note) -> None:
         n = len(obj)

@@ -137,6 +137,21 @@ _BUILTIN_ITERATORS = frozenset(map(type, _EMPTY_ITERATORS)) | {zip, map, enumera
 BOUND_NAMES = ("capacity", "maxlen", "max_size", "maxsize", "buffer_size", "memory_size", "cache_size", "max_entries")
 
 
+def named_by_class(items: list) -> bool:
+    """Whether a short sequence's items are objects of distinct classes of the user's (a trainer's
+    callbacks, a list of metrics): each is then named by its class (``callbacks[Logger].buffer``),
+    as a short dict's values are by key, so the one that grows is named, not the list. Items of one
+    class (a record per step) stay the sequence's: its length is what grows."""
+    kinds = [type(it) for it in items]
+    return len(kinds) >= 2 and len(set(kinds)) == len(kinds) and all(_user_object(t) for t in kinds)
+
+
+def _user_object(t: type) -> bool:
+    """An instance of a class of the user's with attributes of its own (not a tensor, a container or a
+    type of a package the walk skips)."""
+    return t.__dictoffset__ != 0 and not skipped(t) and not issubclass(t, (torch.Tensor, dict, list, tuple, type))
+
+
 def owner_bound(attrs: dict) -> int | None:
     """The bound an object's attributes state for its containers (the first of BOUND_NAMES that is
     a positive int), else None."""
