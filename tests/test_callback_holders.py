@@ -65,3 +65,41 @@ def test_records_of_one_class_stay_named_by_their_list():
     report = _run(lambda out: records.append(Record(out)))
     assert report.verdict.value == "leak", str(report)
     assert report.suspects[0].location == "records", str(report)
+
+
+def test_loop_variables_are_read_from_the_bytecode():
+    from memleak.probes.frames import loop_variables
+
+    def fit(self, loader):
+        for cb in self.callbacks:
+            cb.done = 1
+        for i, (x, y) in enumerate(loader):
+            pass
+        kept = [a for a in loader]  # a comprehension's variable is its own code's
+        return kept
+
+    assert loop_variables(fit.__code__) == {"cb", "i", "x", "y"}
+    module = compile("for k, v in d.items():\n    pass\nn = 1\n", "script.py", "exec")
+    assert loop_variables(module) == {"k", "v"}
+
+
+class LoggingTrainer(Trainer):
+    def fit(self, steps: int) -> memleak.Report:
+        model, opt = model_and_optimizer()
+        with memleak.track(model, optimizer=opt, level="auto") as tracker:
+            for _ in range(steps):
+                out = model(torch.randn(64, 64))
+                opt.zero_grad()
+                out.pow(2).mean().backward()
+                opt.step()
+                for cb in self.callbacks:  # leaves `cb` set to the last callback, the one that keeps
+                    if isinstance(cb, LogitsLogger):
+                        cb.buffer.append(out)
+                tracker.step()
+        return tracker.report()
+
+
+def test_a_loop_variable_left_on_a_callback_does_not_name_it_the_list_does():
+    report = LoggingTrainer().fit(12)
+    assert report.verdict.value == "leak", str(report)
+    assert report.suspects[0].location == "self.callbacks[LogitsLogger].buffer", str(report)

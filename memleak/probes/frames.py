@@ -8,12 +8,14 @@ Split from `holders` (the reference walk starts from these frames).
 
 from __future__ import annotations
 
+import dis
 import inspect
 import os
 import sys
 import sysconfig
 import types
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -207,3 +209,31 @@ def _scan(frame: Any, want: Callable[[Any], bool], found: dict, seen_globals: se
             if id(v) not in found and want(v):
                 found[id(v)] = (prefix + str(name), v)
     return is_locals_snapshot(frame, loc)
+
+
+_STORES = ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF")
+
+
+@lru_cache(maxsize=512)
+def loop_variables(code: types.CodeType) -> frozenset[str]:
+    """The names a ``for`` statement of `code` binds (``for cb in self.callbacks:``, ``for i, (x, y)
+    in enumerate(loader):``): each still names the last item after the loop, an alias of what the
+    iterated container holds, which is the better name for it (read from the bytecode: the store
+    or unpacking right after each FOR_ITER)."""
+    ins = list(dis.get_instructions(code))
+    names: set[str] = set()
+    for i, op in enumerate(ins[:-1]):
+        if op.opname != "FOR_ITER":
+            continue
+        j, want = i + 1, 1  # stores still to read, unpackings adding theirs
+        while want and j < len(ins):
+            nxt = ins[j]
+            if nxt.opname == "UNPACK_SEQUENCE":
+                want += (nxt.arg or 1) - 1
+            elif nxt.opname in _STORES:
+                names.add(nxt.argval)
+                want -= 1
+            else:
+                break
+            j += 1
+    return frozenset(names)

@@ -32,7 +32,7 @@ import torch
 from ..records import HoldersRecord
 from . import reach
 from .bounds import code_bound
-from .frames import is_locals_snapshot, is_user_file, release_snapshots
+from .frames import is_locals_snapshot, is_user_file, loop_variables, release_snapshots
 from .graphs import Roots
 from .holder_stats import HolderStats
 from .identity import Ages, Modules, model_modules, module_names
@@ -86,14 +86,16 @@ def walk_roots(
     w.regions = source_regions(frames, classes)
     if model is not None:
         w.visited.add(id(model))  # walked below as the model tree, with module paths
-    snapshots = _add_frame_locals(w, frames)
+    later: list[tuple] = []  # loop variables: named by the container they came from where it is reached
+    snapshots = _add_frame_locals(w, frames, later)
     globals_list = _user_globals(frames, classes)
     # the model tree next: its attributes get module paths even when a local names the model
     if model is not None:
         w.visited.discard(id(model))
         w.push(model, "", None, "module_attr")
+    module_loops = {id(f.f_globals): loop_variables(f.f_code) for f in frames if f.f_locals is f.f_globals}
     for g in globals_list:
-        _add_globals(w, g)
+        _add_globals(w, g, module_loops.get(id(g), frozenset()), later)
     if optimizer is not None:  # its extra attributes, when no variable reached it
         w.add_root(optimizer, "optimizer", "local")
     if frames:  # what the process keeps (not the model-only scan): finalizer callbacks, jit traces
@@ -101,6 +103,9 @@ def walk_roots(
         _add_threads(w)
         add_traced(w, traces_since)
     try:
+        w.run(finish=False)
+        for root in later:
+            w.add_root(*root)
         w.run()
     finally:
         release_snapshots(snapshots, w.snapshots)
@@ -174,24 +179,27 @@ def _grew(h: HolderStats, before: dict[str, tuple] | None, new_grew: bool = True
 
 
 # -- roots
-def _add_frame_locals(w: Walk, frames: list) -> list[dict]:
-    """Each frame's locals as roots; returns the f_locals snapshots read (to empty after the walk)."""
+def _add_frame_locals(w: Walk, frames: list, later: list) -> list[dict]:
+    """Each frame's locals as roots, its loop variables into `later` (`frames.loop_variables`: an
+    alias of an item of what the loop iterates, walked once all else was); returns the f_locals
+    snapshots read (to empty after the walk)."""
     snapshots = []
     for i, f in enumerate(frames):
         loc = f.f_locals
         if loc is not f.f_globals:
             note = reach.frame_note(f, i == 0)
+            loops = loop_variables(f.f_code)
             for k, v in list(loc.items()):
                 if not k.startswith("__"):
-                    w.add_root(v, k, "local", note)
+                    (later.append((v, k, "local", note)) if k in loops else w.add_root(v, k, "local", note))
             if is_locals_snapshot(f, loc):
                 snapshots.append(loc)
     return snapshots
 
 
-def _add_globals(w: Walk, g: dict) -> None:
-    """A module's globals as roots: its variables, the state of the functions and the class-level
-    containers it defines."""
+def _add_globals(w: Walk, g: dict, loops: frozenset[str], later: list) -> None:
+    """A module's globals as roots: its variables (`loops`, the loop variables of its code that is
+    running, into `later`), the state of the functions and the class-level containers it defines."""
     modname = g.get("__name__", "")
     for k, v in list(g.items()):
         if isinstance(v, types.FunctionType) and v.__module__ == modname:
@@ -203,7 +211,7 @@ def _add_globals(w: Walk, g: dict) -> None:
             if v.__module__ == modname:  # a class defined there: its class-level containers
                 _add_class_containers(w, k, v)
             continue
-        w.add_root(v, k, "global")
+        (later.append((v, k, "global", "")) if k in loops else w.add_root(v, k, "global"))
 
 
 def _add_function_state(w: Walk, name: str, fn: types.FunctionType) -> None:

@@ -91,7 +91,8 @@ class Walk(HolderTally):
     def add_root(self, obj: Any, name: str, kind: str, note: str = "") -> None:
         self.push(obj, name, name, kind, 1.0, note)
 
-    def run(self) -> None:
+    def run(self, finish: bool = True) -> None:
+        """Walk what is queued; then, with `finish`, total the holders (the walk is over)."""
         q = self.queue
         while q:
             if self.nodes >= self.budget:
@@ -108,6 +109,8 @@ class Walk(HolderTally):
             except Exception:  # a strange object (a proxy, a lazy attribute) is skipped, never fatal
                 continue
         q.clear()
+        if not finish:
+            return
         for name, why in self.piled_hooks.items():
             # the hooks piling up are the cause, however the walk first reached what they keep
             if (st := self.holders.get(name)) is not None:
@@ -136,8 +139,7 @@ class Walk(HolderTally):
         elif isinstance(obj, types.MethodType):
             self.push(obj.__self__, path, holder, kind, weight, note)
         elif isinstance(obj, weakref.WeakKeyDictionary):
-            # its keys are weak, its values strong: a value that keeps its key alive (a graph, an
-            # attribute) keeps both for as long as the dictionary lives
+            # weak keys, strong values: a value that keeps its key alive keeps both while the dict lives
             self._sequence(list(obj.values()), path, holder, kind, weight, note)
         elif isinstance(obj, contextvars.ContextVar):  # its value in this thread's context
             self.push(obj.get(None), path, holder, kind, weight, note or f"the value of ContextVar {obj.name!r}")
@@ -350,8 +352,7 @@ class Walk(HolderTally):
                 key, nb = tensor_nbytes(b)
                 self.buffers[p] = [int(b.numel()), nb]
         if name is None:
-            # a module outside the tracked model (in a plain list, a dict, a variable): its
-            # parameters are tensors what holds it keeps, not the model's
+            # a module outside the tracked model (in a list, a variable): its parameters are its holder's
             for k, prm in d.get("_parameters", {}).items():
                 if prm is not None:
                     p, h = f"{path}.{k}" if path else k, child_holder(holder, path, k)
