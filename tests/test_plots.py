@@ -275,3 +275,11 @@ def test_a_graph_only_culprit_shows_a_bar_sized_by_its_graph():
     assert nodes.get_xlabel() == "autograd nodes its graph adds per step"
     assert sorted(p.get_width() for p in nodes.patches) == [12.0, 12.0]
     assert "+12.0/step" in texts(fig)
+
+
+def test_a_long_holder_name_is_cut_at_a_dot_keeping_its_end():
+    from memleak.report.plots import _short
+
+    assert _short("self.callbacks[ConfusionCollector].logits") == "…callbacks[ConfusionCollector].logits"
+    assert _short("short.name") == "short.name"
+    assert _short("x" * 60).endswith("x" * 39) and len(_short("x" * 60)) == 40  # no dot: the plain end

@@ -317,7 +317,13 @@ _binary_scale = S.binary_scale
 
 
 def _short(text: str, width: int = 40) -> str:
-    return text if len(text) <= width else "…" + text[-(width - 1) :]
+    """`text` within `width` characters: its end, cut at a dot where one is near (a holder's name ends
+    with what holds: ``…callbacks[Logger].buffer``, not ``…lf.callbacks[Logger].buffer``)."""
+    if len(text) <= width:
+        return text
+    tail = text[-(width - 1) :]
+    dot = tail.find(".")
+    return "…" + (tail[dot + 1 :] if 0 <= dot < width // 3 else tail)
 
 
 def _kind_color(s: Suspect) -> str:
