@@ -233,6 +233,12 @@ def loop_variables(code: types.CodeType) -> frozenset[str]:
             elif nxt.opname in _STORES:
                 names.add(nxt.argval)
                 want -= 1
+            elif nxt.opname.startswith("STORE_FAST_") and isinstance(nxt.argval, tuple):  # 3.13's pairs
+                stored = nxt.argval if nxt.opname == "STORE_FAST_STORE_FAST" else nxt.argval[:1]
+                names.update(stored)
+                want -= len(stored)
+                if nxt.opname != "STORE_FAST_STORE_FAST":
+                    break  # STORE_FAST_LOAD_FAST: the body has begun
             else:
                 break
             j += 1
