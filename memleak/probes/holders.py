@@ -87,13 +87,12 @@ def walk_roots(
     if model is not None:
         w.visited.add(id(model))  # walked below as the model tree, with module paths
     later: list[tuple] = []  # loop variables: named by the container they came from where it is reached
-    snapshots = _add_frame_locals(w, frames, later)
+    snapshots, module_loops = _add_frame_locals(w, frames, later)
     globals_list = _user_globals(frames, classes)
     # the model tree next: its attributes get module paths even when a local names the model
     if model is not None:
         w.visited.discard(id(model))
         w.push(model, "", None, "module_attr")
-    module_loops = {id(f.f_globals): loop_variables(f.f_code) for f in frames if f.f_locals is f.f_globals}
     for g in globals_list:
         _add_globals(w, g, module_loops.get(id(g), frozenset()), later)
     if optimizer is not None:  # its extra attributes, when no variable reached it
@@ -179,22 +178,34 @@ def _grew(h: HolderStats, before: dict[str, tuple] | None, new_grew: bool = True
 
 
 # -- roots
-def _add_frame_locals(w: Walk, frames: list, later: list) -> list[dict]:
+def _add_frame_locals(w: Walk, frames: list, later: list) -> tuple[list[dict], dict[int, frozenset[str]]]:
     """Each frame's locals as roots, its loop variables into `later` (`frames.loop_variables`: an
-    alias of an item of what the loop iterates, walked once all else was); returns the f_locals
-    snapshots read (to empty after the walk)."""
+    alias of an item of what the loop iterates, walked once all else was). Returns the f_locals
+    snapshots read (to empty after the walk), and the loop variables of the module code running,
+    by id of its globals (`_add_globals` defers those)."""
     snapshots = []
+    module_loops: dict[int, frozenset[str]] = {}
     for i, f in enumerate(frames):
         loc = f.f_locals
-        if loc is not f.f_globals:
-            note = reach.frame_note(f, i == 0)
-            loops = loop_variables(f.f_code)
-            for k, v in list(loc.items()):
-                if not k.startswith("__"):
-                    (later.append((v, k, "local", note)) if k in loops else w.add_root(v, k, "local", note))
-            if is_locals_snapshot(f, loc):
-                snapshots.append(loc)
-    return snapshots
+        if loc is f.f_globals:
+            module_loops[id(loc)] = loop_variables(f.f_code)
+            continue
+        note = reach.frame_note(f, i == 0)
+        loops = loop_variables(f.f_code)
+        for k, v in list(loc.items()):
+            if not k.startswith("__"):
+                _add_root(w, later, loops, v, k, "local", note)
+        if is_locals_snapshot(f, loc):
+            snapshots.append(loc)
+    return snapshots, module_loops
+
+
+def _add_root(w: Walk, later: list, loops: frozenset[str], obj: Any, name: str, kind: str, note: str = "") -> None:
+    """`obj` as a root named `name`; a loop variable's (in `loops`) into `later`, walked once all else was."""
+    if name in loops:
+        later.append((obj, name, kind, note))
+    else:
+        w.add_root(obj, name, kind, note)
 
 
 def _add_globals(w: Walk, g: dict, loops: frozenset[str], later: list) -> None:
@@ -211,7 +222,7 @@ def _add_globals(w: Walk, g: dict, loops: frozenset[str], later: list) -> None:
             if v.__module__ == modname:  # a class defined there: its class-level containers
                 _add_class_containers(w, k, v)
             continue
-        (later.append((v, k, "global", "")) if k in loops else w.add_root(v, k, "global"))
+        _add_root(w, later, loops, v, k, "global")
 
 
 def _add_function_state(w: Walk, name: str, fn: types.FunctionType) -> None:
