@@ -36,6 +36,24 @@ def test_manual_steps_take_over_from_the_optimizer(tmp_path):
     assert len(memleak.load(tmp_path).steps) == 6
 
 
+def test_once_manual_steps_take_over_the_users_backward_and_optimizer_run_only_the_step_hooks(tmp_path):
+    """The gradient hook and the GradScaler's global step hook tell iterations apart by what the
+    optimizer did; once tracker.step() ends them they only cost time in the user's steps."""
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    first = next(model.parameters())
+    with memleak.track(model, optimizer=opt, out=tmp_path, level="counters") as tracker:
+        assert first._backward_hooks and _global_optimizer_post_hooks  # watching the optimizer's steps
+        train(model, opt, 3, tracker=tracker)
+        assert not first._backward_hooks and not _global_optimizer_post_hooks
+        assert opt._optimizer_step_post_hooks  # still counts its steps
+    run = memleak.load(tmp_path)
+    assert list(run.steps["optimizer_steps"]) == [1, 2, 3]
+    assert not opt._optimizer_step_post_hooks and not opt._optimizer_step_pre_hooks
+
+
 def test_manual_steps_without_optimizer():
     with memleak.track(level="counters") as tracker:
         for _ in range(4):

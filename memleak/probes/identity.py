@@ -56,9 +56,14 @@ def is_compiled(model) -> bool:
     return any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
     """The part of a tensor this process holds: a DTensor's local shard (FSDP2 parameters, their
     gradients and optimizer state are DTensors whose sizes are global), else the tensor itself."""
+    if type(t) in _PLAIN:  # most, and a missing attribute's lookup raises inside: ten times the cost
+        return t
     local = getattr(t, "_local_tensor", None)
     return local if isinstance(local, torch.Tensor) else t
 

@@ -34,16 +34,22 @@ def profiler_on() -> int:
     return int(active is not None and active().name in _KEEPING_PROFILERS)
 
 
+_is_grad_enabled = torch.is_grad_enabled
+_is_inference = torch.is_inference_mode_enabled
+_profiler_enabled = getattr(torch._C._autograd, "_profiler_enabled", lambda: True)
+
+
 class RuntimeProbe(Probe):
     name = "runtime"
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
         # Read each step, not counted by a gc callback: a collection can run inside a compiled
         # region, and torch.compile then sees the callback's frame as one more frame to compile.
+        # Inline, with torch's switches bound once: this runs after every step, with cold caches.
         full = gc.get_stats()[-1]  # the oldest generation: only a full collection frees cycles there
         return {
-            "gc_collections": int(full["collections"]),
-            "gc_collected": int(full["collected"]),
-            "grad_enabled": grad_enabled(),
-            "profiler_on": profiler_on(),
+            "gc_collections": full["collections"],
+            "gc_collected": full["collected"],
+            "grad_enabled": 1 if _is_grad_enabled() and not _is_inference() else 0,
+            "profiler_on": profiler_on() if _profiler_enabled() else 0,
         }

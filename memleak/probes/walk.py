@@ -348,9 +348,7 @@ class Walk(HolderTally):
             self.push(v, p, child_holder(holder, path, k), kind, weight, note)
         for k, b in d.get("_buffers", {}).items():
             if b is not None:
-                p = f"{path}.{k}" if path else k
-                key, nb = tensor_nbytes(b)
-                self.buffers[p] = [int(b.numel()), nb]
+                self.buffers[f"{path}.{k}" if path else k] = [int(b.numel()), tensor_nbytes(b)[1]]
         if name is None:
             # a module outside the tracked model (in a list, a variable): its parameters are its holder's
             for k, prm in d.get("_parameters", {}).items():
@@ -359,13 +357,15 @@ class Walk(HolderTally):
                     self.push(prm, p, h, kind, weight, note)
                     if prm.grad is not None:  # its gradient is kept with it
                         self.push(prm.grad, p, h, kind, weight, note)
-        where = path or type(mod).__name__
-        for hk in HOOK_DICTS:
-            self._hooks(d.get(hk), where, hk, weight)
+        where = path or type(mod).__name__  # empty hook dicts (nearly all, every walk): no call, no name
+        for hk in (hk for hk in HOOK_DICTS if d.get(hk)):
+            self._hooks(d[hk], where, hk, weight)
         for k, prm in d.get("_parameters", {}).items():
             for hk in TENSOR_HOOK_DICTS:  # `param.register_hook(...)`: lives as long as the parameter
-                self._hooks(getattr(prm, hk, None), f"{where}.{k}", hk, weight)
-            for a, v in list(getattr(prm, "__dict__", {}).items()):  # what code hung on it (`p.seen = []`)
+                if getattr(prm, hk, None):
+                    self._hooks(getattr(prm, hk), f"{where}.{k}", hk, weight)
+            attrs = getattr(prm, "__dict__", None)  # what code hung on it (`p.seen = []`)
+            for a, v in list(attrs.items()) if attrs else ():
                 if not isinstance(v, SCALARS) and not a.startswith("__"):
                     p = f"{path}.{k}.{a}" if path else f"{k}.{a}"
                     self.push(v, p, child_holder(holder, path, k, full=p), kind, weight, note)
@@ -376,7 +376,7 @@ class Walk(HolderTally):
                 self.push(child, cp, h, kind, weight, note)
 
     def _hooks(self, hooks, where: str, hk: str, weight: float) -> None:
-        """The hooks in one hook dict of a module or a parameter (`hk`: the dict's name)."""
+        """The hooks in one non-empty hook dict of a module or a parameter (`hk`: the dict's name)."""
         for fn, copies in reach.hooks_with_copies(hooks):
             self._hook(fn, where, weight, copies, hk)
 

@@ -104,6 +104,7 @@ class Boundaries:
         self._model_id = 0
         self._handles: list[Any] = []
         self._opt_handles: list[Any] = []
+        self._param_handles: list[Any] = []  # the gradient hook (`_hook_parameter`), off once tracker.step() ends steps
         self._node_handles: deque[Any] = deque(maxlen=MAX_NODE_HANDLES)
         self.active = False
 
@@ -180,16 +181,12 @@ class Boundaries:
         if p is None:
             return
         self._param = weakref.ref(p)
-        self._opt_handles.append(p.register_hook(outside_dynamo(self._backward_start_hook())))
+        self._param_handles.append(p.register_hook(outside_dynamo(self._backward_start_hook())))
 
     def follow(self, optimizer: Any) -> None:
         """From now on `optimizer` ends each iteration (``memleak run``: another optimizer took over,
         or the first one stepped after tracking began without one); this step of it ends one."""
-        for h in (*self._opt_handles, *self._handles, *self._node_handles):  # the model's calls no longer matter
-            h.remove()
-        self._opt_handles.clear()
-        self._handles.clear()
-        self._node_handles.clear()
+        self._remove_hooks(self._opt_handles, self._param_handles, self._handles, self._node_handles)
         self.in_step = 0
         self._paused.clear()
         self._hook_optimizer(optimizer, ending=True)
@@ -206,11 +203,14 @@ class Boundaries:
         """Remove every hook; those left in graphs the user keeps turn inert."""
         self.active = False
         self.scaler_skips.remove()
-        for h in (*self._handles, *self._opt_handles, *self._node_handles):
-            h.remove()
-        self._handles.clear()
-        self._opt_handles.clear()
-        self._node_handles.clear()
+        self._remove_hooks(self._handles, self._opt_handles, self._param_handles, self._node_handles)
+
+    @staticmethod
+    def _remove_hooks(*handle_lists: Any) -> None:
+        for handles in handle_lists:
+            for h in handles:
+                h.remove()
+            handles.clear()
 
     # ------------------------------------------------------------ events
     def on_step_call(self) -> bool:
@@ -220,12 +220,13 @@ class Boundaries:
             return True
         if self.mode is Boundary.OPTIMIZER and self.backward_since and not self.in_step and self._stepped_unseen():
             self.compiled = True  # the first iteration's step ran compiled: the probes keep out of it
+        if self.mode is not Boundary.CALL:
+            # the model's calls, the backward passes and a GradScaler's skipped steps no longer
+            # matter: no cost for them in the user's steps (the optimizer's step hooks still count its steps)
+            self.scaler_skips.remove()
+            self._remove_hooks(self._handles, self._node_handles, self._param_handles)
         self.mode = Boundary.CALL
         self.pending, self.skips_seen = None, 0
-        for h in (*self._handles, *self._node_handles):  # the model's calls no longer matter: no cost for them
-            h.remove()
-        self._handles.clear()
-        self._node_handles.clear()
         return self.kind is not Boundary.OPTIMIZER
 
     def flush(self) -> None:
