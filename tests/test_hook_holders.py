@@ -79,3 +79,57 @@ def test_a_pruning_hook_re_applied_every_step_is_the_suspect_with_a_hook_fix():
     assert len(hooked) == 2 and all("prune.remove" in s.fix for s in hooked)
     # the masks are views of one global mask, but they are torch's to keep, not the user's to copy
     assert not any("store a copy of the part you need" in s.fix for s in hooked)
+
+
+class _OutputRecorder:
+    """A hook object on every module: keeps each Linear's output."""
+
+    def __init__(self):
+        self.outputs = []
+
+    def __call__(self, module, inputs, output):
+        if isinstance(module, nn.Linear):
+            self.outputs.append(output)
+
+
+def _register_globally(hook):
+    """The hook in torch's dict of global forward hooks only (no local or global of this file keeps it)."""
+    return torch.nn.modules.module.register_module_forward_hook(hook)
+
+
+def test_a_global_hook_object_is_walked_and_named_by_its_class():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    handle = _register_globally(_OutputRecorder())
+    try:
+        for _ in range(3):
+            model(torch.ones(2, 4))
+        st = _walk(model).holders["_OutputRecorder.outputs"]
+    finally:
+        handle.remove()
+    assert st.count == 6 and st.kind == "hook"
+    assert "on every module (register_module_forward_hook)" in st.note
+
+
+def test_a_global_hook_closure_is_walked_and_memleaks_own_global_hooks_are_not():
+    import memleak
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def install():
+        kept = []
+        return _register_globally(lambda m, i, o: kept.append(o) if isinstance(m, nn.Linear) else None)
+
+    handle = install()
+    try:
+        # memleak's own hooks on every module (auto's young steps) and optimizer (GradScaler skips)
+        with memleak.track(model, optimizer=opt, level="full"):
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+            theirs = len(sys.modules["torch.optim.optimizer"]._global_optimizer_post_hooks)
+            walk = _walk(model, opt)
+    finally:
+        handle.remove()
+    assert walk.holders["kept"].count == 2 and "every module" in walk.holders["kept"].note
+    assert theirs == 1  # memleak's, with no code of the user's: not walked
+    assert not [name for name, h in walk.holders.items() if "memleak" in h.note + name or "optimizer)" in h.note]

@@ -100,6 +100,7 @@ def walk_roots(
     if frames:  # what the process keeps (not the model-only scan): finalizer callbacks, jit traces
         _add_finalizers(w)
         _add_threads(w)
+        _add_global_hooks(w)
         add_traced(w, traces_since)
     try:
         w.run(finish=False)
@@ -290,6 +291,42 @@ def _add_threads(w: Walk) -> None:
         elif _user_code(getattr(type(th), "run", None)):  # a subclass with a run() of its own
             name = type(th).__name__
             w.push(th, name, name, "thread", 1.0, f"a running {name} thread: kept until its run() returns")
+
+
+# torch's hooks that run for every module or every optimizer, by the function that registers them
+_GLOBAL_HOOKS = (
+    ("torch.nn.modules.module", "_global_forward_pre_hooks", "register_module_forward_pre_hook"),
+    ("torch.nn.modules.module", "_global_forward_hooks", "register_module_forward_hook"),
+    ("torch.nn.modules.module", "_global_backward_pre_hooks", "register_module_full_backward_pre_hook"),
+    ("torch.nn.modules.module", "_global_backward_hooks", "register_module_full_backward_hook"),
+    ("torch.nn.modules.module", "_global_module_registration_hooks", "register_module_module_registration_hook"),
+    ("torch.nn.modules.module", "_global_parameter_registration_hooks", "register_module_parameter_registration_hook"),
+    ("torch.nn.modules.module", "_global_buffer_registration_hooks", "register_module_buffer_registration_hook"),
+    ("torch.optim.optimizer", "_global_optimizer_pre_hooks", "register_optimizer_step_pre_hook"),
+    ("torch.optim.optimizer", "_global_optimizer_post_hooks", "register_optimizer_step_post_hook"),
+)
+
+
+def _add_global_hooks(w: Walk) -> None:
+    """The user's hooks on every module or optimizer (``register_module_forward_hook``, the tools
+    for profiling and visualisation): torch keeps each in a dict of its own module until removed,
+    and what a hook's closure or object keeps (each step's activations) with it. memleak's own
+    are not the user's code."""
+    for module_name, dict_name, register in _GLOBAL_HOOKS:
+        hooks = getattr(sys.modules.get(module_name), dict_name, None)
+        user = {k: fn for k, fn in list(hooks.items()) if _user_callable(fn)} if hooks else {}
+        where = f"every {'module' if '.nn.' in module_name else 'optimizer'} ({register})"
+        for fn, copies in reach.hooks_with_copies(user):
+            if isinstance(fn, (types.FunctionType, types.MethodType)):
+                w.hook(fn, where, 1.0, copies)
+            else:  # a hook object: named by its class, what it keeps by attribute
+                name = type(fn).__name__
+                w.push(fn, name, name, "hook", 1.0, f"hook {name} on {where}")
+
+
+def _user_callable(fn) -> bool:
+    """A function or method of the user's, or an object of a class whose __call__ is."""
+    return _user_code(fn) or _user_code(getattr(type(fn), "__call__", None))  # noqa: B004
 
 
 def _user_code(fn) -> bool:

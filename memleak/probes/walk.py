@@ -378,9 +378,9 @@ class Walk(HolderTally):
     def _hooks(self, hooks, where: str, hk: str, weight: float) -> None:
         """The hooks in one non-empty hook dict of a module or a parameter (`hk`: the dict's name)."""
         for fn, copies in reach.hooks_with_copies(hooks):
-            self._hook(fn, where, weight, copies, hk)
+            self.hook(fn, where, weight, copies, hk)
 
-    def _hook(self, fn, where: str, weight: float, copies: int = 1, hk: str = "") -> None:
+    def hook(self, fn, where: str, weight: float, copies: int = 1, hk: str = "") -> None:
         """A hook on a module: its closure's variables and default arguments, and the object a
         bound-method hook or a callable hook object belongs to. `copies`: hooks with its code on
         the module (one registered on every step and never removed piles up)."""
