@@ -212,6 +212,7 @@ def _scan(frame: Any, want: Callable[[Any], bool], found: dict, seen_globals: se
 
 
 _STORES = ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF")
+_FOR_ITER = bytes([dis.opmap["FOR_ITER"]])
 
 
 @lru_cache(maxsize=512)
@@ -220,6 +221,8 @@ def loop_variables(code: types.CodeType) -> frozenset[str]:
     in enumerate(loader):``): each still names the last item after the loop, an alias of what the
     iterated container holds, which is the better name for it (read from the bytecode: the store
     or unpacking right after each FOR_ITER)."""
+    if _FOR_ITER not in code.co_code:  # no loop (dis of a long function costs a millisecond)
+        return frozenset()
     ins = list(dis.get_instructions(code))
     names: set[str] = set()
     for i, op in enumerate(ins[:-1]):
