@@ -48,9 +48,11 @@ LEAK_FIX = (
     "cached on self or in a global or module-level dict that gains an entry every step. "
     'Run with level="full" to have memleak name the holder and the line that creates the tensors.'
 )
-#: LEAK_FIX's last sentence for a run that had full detail already, and named no holder with it.
+#: LEAK_FIX's last sentence for a run that had full detail already (the holders it named, if
+#: any, are suspects of their own: none of them grows without bound, or it would explain this).
 LEAK_FIX_AFTER_FULL = (
-    "memleak looked with full detail on {steps} and named no holder: what grows is kept where its walk "
+    "memleak looked with full detail on {steps} and found no holder that grows without bound: what "
+    "grows is kept where its walk "
     "does not reach (a C extension's or a library's own cache, an object it skips) or is not Python "
     "objects at all (native allocations); tracemalloc snapshots two steps apart show the growing site."
 )
