@@ -133,3 +133,22 @@ def test_a_global_hook_closure_is_walked_and_memleaks_own_global_hooks_are_not()
     assert walk.holders["kept"].count == 2 and "every module" in walk.holders["kept"].note
     assert theirs == 1  # memleak's, with no code of the user's: not walked
     assert not [name for name, h in walk.holders.items() if "memleak" in h.note + name or "optimizer)" in h.note]
+
+
+def _record_into(store, module, inputs, output):
+    if isinstance(module, nn.Linear):
+        store.append(output)
+
+
+def test_a_global_hook_partial_is_named_by_its_function():
+    import functools
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    handle = _register_globally(functools.partial(_record_into, []))
+    try:
+        for _ in range(2):
+            model(torch.ones(2, 4))
+        st = _walk(model).holders["partial(_record_into)"]
+    finally:
+        handle.remove()
+    assert st.count == 4 and st.kind == "hook"

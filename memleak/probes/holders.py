@@ -21,6 +21,7 @@ from the weak references in `Ages`.
 from __future__ import annotations
 
 import collections
+import functools
 import sys
 import threading
 import types
@@ -319,13 +320,14 @@ def _add_global_hooks(w: Walk) -> None:
         for fn, copies in reach.hooks_with_copies(user):
             if isinstance(fn, (types.FunctionType, types.MethodType)):
                 w.hook(fn, where, 1.0, copies)
-            else:  # a hook object: named by its class, what it keeps by attribute
-                name = type(fn).__name__
+            else:  # a hook object by its class, a partial by its function; what it keeps by attribute
+                name = f"partial({reach.fn_name(fn.func)})" if isinstance(fn, functools.partial) else type(fn).__name__
                 w.push(fn, name, name, "hook", 1.0, f"hook {name} on {where}")
 
 
 def _user_callable(fn) -> bool:
-    """A function or method of the user's, or an object of a class whose __call__ is."""
+    """A function or method of the user's, a partial of one, or an object of a class whose __call__ is."""
+    fn = fn.func if isinstance(fn, functools.partial) else fn
     return _user_code(fn) or _user_code(getattr(type(fn), "__call__", None))  # noqa: B004
 
 
