@@ -149,6 +149,24 @@ def hooks_with_copies(hooks: Any) -> Iterator[tuple[Any, int]]:
         yield fn, copies[getattr(fn, "__code__", None)]
 
 
+def async_result(obj: Any) -> list | None:
+    """What a finished ``torch.distributed`` Work (``dist.all_reduce(t, async_op=True)``) or a done
+    torch Future keeps in C++, where no Python reference shows it: a collective's tensors, a
+    fork's value. None for anything else, and for one still running (reading it would wait)."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")  # never imported here
+    work = getattr(c10d, "Work", None)
+    if not isinstance(obj, torch.futures.Future) and (work is None or not isinstance(obj, work)):
+        return None
+    try:
+        fut = obj if isinstance(obj, torch.futures.Future) else obj.get_future()
+        if not fut.done():
+            return None
+        value = fut.value()
+    except Exception:  # a backend without futures, a future that failed
+        return None
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def _captures(fn: Any, t: torch.Tensor) -> bool:
     return any(v is t for _, v in closure_items(getattr(fn, "__func__", fn)))
 

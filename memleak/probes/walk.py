@@ -167,7 +167,9 @@ class Walk(HolderTally):
             if opened_inside(t):  # a custom Function's ctx: what it stores as attributes
                 self._attrs(obj, path, holder, kind, weight, note)
         elif isinstance(obj, _OPAQUE) or skipped(t):
-            if kind == "hook" or opened_inside(t):
+            if (held := reach.async_result(obj)) is not None:  # a collective's Work, a torch Future
+                self._sequence(held, path, holder or path, kind, weight, note)
+            elif kind == "hook" or opened_inside(t):
                 # a hook object and what it keeps (a pruning mask), an autograd ctx, a DataLoader...
                 self._attrs(obj, path, holder, kind, weight, note)
         else:
@@ -358,12 +360,13 @@ class Walk(HolderTally):
                     if prm.grad is not None:  # its gradient is kept with it
                         self.push(prm.grad, p, h, kind, weight, note)
         where = path or type(mod).__name__  # empty hook dicts (nearly all, every walk): no call, no name
-        for hk in (hk for hk in HOOK_DICTS if d.get(hk)):
-            self._hooks(d[hk], where, hk, weight)
+        for hk, (fn, copies) in ((n, fc) for n in HOOK_DICTS if d.get(n) for fc in reach.hooks_with_copies(d[n])):
+            self.hook(fn, where, weight, copies, hk)
         for k, prm in d.get("_parameters", {}).items():
             for hk in TENSOR_HOOK_DICTS:  # `param.register_hook(...)`: lives as long as the parameter
                 if getattr(prm, hk, None):
-                    self._hooks(getattr(prm, hk), f"{where}.{k}", hk, weight)
+                    for fn, copies in reach.hooks_with_copies(getattr(prm, hk)):
+                        self.hook(fn, f"{where}.{k}", weight, copies, hk)
             attrs = getattr(prm, "__dict__", None)  # what code hung on it (`p.seen = []`)
             for a, v in list(attrs.items()) if attrs else ():
                 if not isinstance(v, SCALARS) and not a.startswith("__"):
@@ -374,11 +377,6 @@ class Walk(HolderTally):
                 cp = f"{path}.{k}" if path else k
                 h = None if self.module_names.get(id(child)) else child_holder(holder, path, k)
                 self.push(child, cp, h, kind, weight, note)
-
-    def _hooks(self, hooks, where: str, hk: str, weight: float) -> None:
-        """The hooks in one non-empty hook dict of a module or a parameter (`hk`: the dict's name)."""
-        for fn, copies in reach.hooks_with_copies(hooks):
-            self.hook(fn, where, weight, copies, hk)
 
     def hook(self, fn, where: str, weight: float, copies: int = 1, hk: str = "") -> None:
         """A hook on a module: its closure's variables and default arguments, and the object a
