@@ -12,11 +12,9 @@ import torch
 
 from . import Probe
 
-
-def grad_enabled() -> int:
-    """1 when autograd records at this moment, 0 under no_grad or inference_mode."""
-    return int(torch.is_grad_enabled() and not torch.is_inference_mode_enabled())
-
+_is_grad_enabled = torch.is_grad_enabled
+_is_inference = torch.is_inference_mode_enabled
+_profiler_enabled = getattr(torch._C._autograd, "_profiler_enabled", lambda: True)
 
 #: Profilers that keep an event per op in memory (NVTX and ITT only mark ranges for an outside tool).
 _KEEPING_PROFILERS = ("KINETO", "LEGACY")
@@ -26,17 +24,11 @@ def profiler_on() -> int:
     """1 while torch.profiler or the autograd profiler records ops and keeps their events (not in
     a schedule's wait or warm-up steps, nor under emit_nvtx or emit_itt), else 0; 0 where torch
     has no such switch."""
-    autograd = torch._C._autograd
     # _profiler_enabled first: it costs a tenth of _profiler_type().name right after a step
-    if not getattr(autograd, "_profiler_enabled", lambda: True)():
+    if not _profiler_enabled():
         return 0
-    active = getattr(autograd, "_profiler_type", None)
+    active = getattr(torch._C._autograd, "_profiler_type", None)
     return int(active is not None and active().name in _KEEPING_PROFILERS)
-
-
-_is_grad_enabled = torch.is_grad_enabled
-_is_inference = torch.is_inference_mode_enabled
-_profiler_enabled = getattr(torch._C._autograd, "_profiler_enabled", lambda: True)
 
 
 class RuntimeProbe(Probe):
@@ -45,7 +37,7 @@ class RuntimeProbe(Probe):
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
         # Read each step, not counted by a gc callback: a collection can run inside a compiled
         # region, and torch.compile then sees the callback's frame as one more frame to compile.
-        # Inline, with torch's switches bound once: this runs after every step, with cold caches.
+        # Inline, torch's switches bound once: this runs after every step, with cold caches.
         full = gc.get_stats()[-1]  # the oldest generation: only a full collection frees cycles there
         return {
             "gc_collections": full["collections"],
