@@ -39,6 +39,21 @@ def test_a_future_still_running_is_not_read_and_not_waited_on():
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch without torch.distributed")
+def test_the_futures_of_finished_collectives_kept_in_a_list_name_the_list():
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        futs = [dist.all_reduce(torch.ones(16), async_op=True).get_future() for _ in range(3)]
+        torch.futures.wait_all(futs)
+        st = _walk(sys._getframe()).holders["futs"]  # C futures (torch.Future), not torch.futures.Future
+    finally:
+        if own:
+            dist.destroy_process_group()
+    assert st.count == 3
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch without torch.distributed")
 def test_finished_collectives_kept_in_a_list_name_the_list():
     own = not dist.is_initialized()
     if own:

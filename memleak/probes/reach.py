@@ -155,10 +155,10 @@ def async_result(obj: Any) -> list | None:
     fork's value. None for anything else, and for one still running (reading it would wait)."""
     c10d = sys.modules.get("torch.distributed.distributed_c10d")  # never imported here
     work = getattr(c10d, "Work", None)
-    if not isinstance(obj, torch.futures.Future) and (work is None or not isinstance(obj, work)):
+    if not isinstance(obj, torch._C.Future) and (work is None or not isinstance(obj, work)):  # torch.futures.Future too
         return None
     try:
-        fut = obj if isinstance(obj, torch.futures.Future) else obj.get_future()
+        fut = obj if isinstance(obj, torch._C.Future) else obj.get_future()
         if not fut.done():
             return None
         value = fut.value()
