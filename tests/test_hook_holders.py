@@ -97,15 +97,21 @@ def _register_globally(hook):
     return torch.nn.modules.module.register_module_forward_hook(hook)
 
 
-def test_a_global_hook_object_is_walked_and_named_by_its_class():
+def _walk_with_global_hook(make_hook, forwards: int):
+    """The walk after `forwards` calls of a small model, a hook `make_hook()` made on every module
+    meanwhile (made here, so that no local of the walked frame holds it)."""
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
-    handle = _register_globally(_OutputRecorder())
+    handle = _register_globally(make_hook())
     try:
-        for _ in range(3):
+        for _ in range(forwards):
             model(torch.ones(2, 4))
-        st = _walk(model).holders["_OutputRecorder.outputs"]
+        return _walk(model)
     finally:
         handle.remove()
+
+
+def test_a_global_hook_object_is_walked_and_named_by_its_class():
+    st = _walk_with_global_hook(_OutputRecorder, forwards=3).holders["_OutputRecorder.outputs"]
     assert st.count == 6 and st.kind == "hook"
     assert "on every module (register_module_forward_hook)" in st.note
 
@@ -143,12 +149,5 @@ def _record_into(store, module, inputs, output):
 def test_a_global_hook_partial_is_named_by_its_function():
     import functools
 
-    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
-    handle = _register_globally(functools.partial(_record_into, []))
-    try:
-        for _ in range(2):
-            model(torch.ones(2, 4))
-        st = _walk(model).holders["partial(_record_into)"]
-    finally:
-        handle.remove()
+    st = _walk_with_global_hook(lambda: functools.partial(_record_into, []), forwards=2).holders["partial(_record_into)"]
     assert st.count == 4 and st.kind == "hook"
