@@ -138,27 +138,26 @@ def optimizer_hooks(opt: Any) -> Iterator[Any]:
             yield from list(v.values())[:32]
 
 
-def hooks_with_copies(hooks: Any) -> Iterator[tuple[Any, int]]:
+def hooks_with_copies(hooks: Any) -> list[tuple[Any, int]]:
     """(hook, copies) for each hook in a module's or a tensor's hook dict; `copies`: how many of
-    them share its code (a hook registered on every step and never removed piles up)."""
+    them share its code (a hook registered on every step and never removed piles up). A list, not
+    a generator: the walk asks for every module's and parameter's dicts, nearly all empty."""
     if not hooks:
-        return
+        return []
     fns = [fn[0] if isinstance(fn, tuple) else fn for fn in list(hooks.values())]
     copies = collections.Counter(getattr(fn, "__code__", None) for fn in fns)
-    for fn in fns:
-        yield fn, copies[getattr(fn, "__code__", None)]
+    return [(fn, copies[getattr(fn, "__code__", None)]) for fn in fns]
 
 
 def async_result(obj: Any) -> list | None:
     """What a finished ``torch.distributed`` Work (``dist.all_reduce(t, async_op=True)``) or a done
     torch Future keeps in C++, where no Python reference shows it: a collective's tensors, a
     fork's value. None for anything else, and for one still running (reading it would wait)."""
-    c10d = sys.modules.get("torch.distributed.distributed_c10d")  # never imported here
-    work = getattr(c10d, "Work", None)
+    work = getattr(sys.modules.get("torch.distributed.distributed_c10d"), "Work", None)  # never imported here
     if not isinstance(obj, torch._C.Future) and (work is None or not isinstance(obj, work)):  # torch.futures.Future too
         return None
     try:
-        fut = obj if isinstance(obj, torch._C.Future) else obj.get_future()
+        fut = obj.get_future() if work is not None and isinstance(obj, work) else obj
         if not fut.done():
             return None
         value = fut.value()

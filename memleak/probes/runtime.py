@@ -43,5 +43,5 @@ class RuntimeProbe(Probe):
             "gc_collections": full["collections"],
             "gc_collected": full["collected"],
             "grad_enabled": 1 if _is_grad_enabled() and not _is_inference() else 0,
-            "profiler_on": profiler_on() if _profiler_enabled() else 0,
+            "profiler_on": profiler_on(),
         }

@@ -359,14 +359,14 @@ class Walk(HolderTally):
                     self.push(prm, p, h, kind, weight, note)
                     if prm.grad is not None:  # its gradient is kept with it
                         self.push(prm.grad, p, h, kind, weight, note)
-        where = path or type(mod).__name__  # empty hook dicts (nearly all, every walk): no call, no name
-        for hk, (fn, copies) in ((n, fc) for n in HOOK_DICTS if d.get(n) for fc in reach.hooks_with_copies(d[n])):
-            self.hook(fn, where, weight, copies, hk)
+        where = path or type(mod).__name__
+        for hk in HOOK_DICTS:
+            for fn, copies in reach.hooks_with_copies(d.get(hk)):
+                self.hook(fn, where, weight, copies, hk)
         for k, prm in d.get("_parameters", {}).items():
             for hk in TENSOR_HOOK_DICTS:  # `param.register_hook(...)`: lives as long as the parameter
-                if getattr(prm, hk, None):
-                    for fn, copies in reach.hooks_with_copies(getattr(prm, hk)):
-                        self.hook(fn, f"{where}.{k}", weight, copies, hk)
+                for fn, copies in reach.hooks_with_copies(getattr(prm, hk, None)):
+                    self.hook(fn, f"{where}.{k}", weight, copies, hk)
             attrs = getattr(prm, "__dict__", None)  # what code hung on it (`p.seen = []`)
             for a, v in list(attrs.items()) if attrs else ():
                 if not isinstance(v, SCALARS) and not a.startswith("__"):
