@@ -12,6 +12,7 @@ from torch import nn
 
 from memleak.probes.holders import walk_roots
 from memleak.probes.identity import Ages
+from scenarios._common import gloo_group_of_one
 
 
 def _walk(frame):
@@ -40,32 +41,20 @@ def test_a_future_still_running_is_not_read_and_not_waited_on():
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch without torch.distributed")
 def test_the_futures_of_finished_collectives_kept_in_a_list_name_the_list():
-    own = not dist.is_initialized()
-    if own:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
+    with gloo_group_of_one():
         futs = [dist.all_reduce(torch.ones(16), async_op=True).get_future() for _ in range(3)]
         torch.futures.wait_all(futs)
         st = _walk(sys._getframe()).holders["futs"]  # C futures (torch.Future), not torch.futures.Future
-    finally:
-        if own:
-            dist.destroy_process_group()
     assert st.count == 3
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch without torch.distributed")
 def test_finished_collectives_kept_in_a_list_name_the_list():
-    own = not dist.is_initialized()
-    if own:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     handles = []
-    try:
+    with gloo_group_of_one():
         for _ in range(4):
             handles.append(dist.all_reduce(nn.Linear(8, 8).weight.detach().clone(), async_op=True))
         for work in handles:
             work.wait()
         st = _walk(sys._getframe()).holders["handles"]
-    finally:
-        if own:
-            dist.destroy_process_group()
     assert st.count == 4 and st.nbytes == 4 * 8 * 8 * 4

@@ -1,6 +1,7 @@
 """Small CPU models and data shared by the scenarios."""
 from __future__ import annotations
 
+import contextlib
 import io
 
 import torch
@@ -53,3 +54,19 @@ def state_to_bytes(state: dict) -> bytes:
     buf = io.BytesIO()
     torch.save(state, buf)
     return buf.getvalue()
+
+
+@contextlib.contextmanager
+def gloo_group_of_one():
+    """A torch.distributed process group of this process alone (gloo, an in-memory store, no
+    port), destroyed on the way out; one already there is used as it is and left alone."""
+    import torch.distributed as dist
+
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        if own:
+            dist.destroy_process_group()

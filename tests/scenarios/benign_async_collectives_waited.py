@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ._common import MLP, batch, seed
+from ._common import MLP, batch, gloo_group_of_one, seed
 
 EXPECTED = {"verdict": "clean", "kind": None, "location": None, "top": 0}
 
@@ -20,26 +20,22 @@ def run(tracker_factory, steps=30):
     g = seed(74)
     model = MLP(hidden=256)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    own = not dist.is_initialized()
-    if own:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     pending = []
-    try:
-        with tracker_factory(model, optimizer=opt) as tracker:
-            for step in range(steps):
-                for work in pending:  # last step's reductions: done by now
-                    work.wait()
-                pending.clear()
-                x, y = batch(g, n=256)
-                out = model(x)
-                loss = nn.functional.cross_entropy(out, y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                pending.append(dist.all_reduce(out.detach().clone(), async_op=True))
-                tracker.step()
-    finally:
-        for work in pending:
-            work.wait()
-        if own:
-            dist.destroy_process_group()
+    with gloo_group_of_one():
+        try:
+            with tracker_factory(model, optimizer=opt) as tracker:
+                for step in range(steps):
+                    for work in pending:  # last step's reductions: done by now
+                        work.wait()
+                    pending.clear()
+                    x, y = batch(g, n=256)
+                    out = model(x)
+                    loss = nn.functional.cross_entropy(out, y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    pending.append(dist.all_reduce(out.detach().clone(), async_op=True))
+                    tracker.step()
+        finally:
+            for work in pending:
+                work.wait()

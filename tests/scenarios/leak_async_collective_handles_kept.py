@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ._common import MLP, batch, seed
+from ._common import MLP, batch, gloo_group_of_one, seed
 
 EXPECTED = {"verdict": "leak", "kind": "surviving_tensors", "location": "pending", "top": 1}
 
@@ -20,24 +20,20 @@ def run(tracker_factory, steps=30):
     g = seed(73)
     model = MLP(hidden=256)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    own = not dist.is_initialized()
-    if own:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     pending = []
-    try:
-        with tracker_factory(model, optimizer=opt) as tracker:
-            for step in range(steps):
-                x, y = batch(g, n=256)
-                out = model(x)
-                loss = nn.functional.cross_entropy(out, y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                stats = out.detach().clone()  # this step's logits, for a cross-rank histogram
-                pending.append(dist.all_reduce(stats, async_op=True))  # the leak: never waited, never dropped
-                tracker.step()
-    finally:
-        for work in pending:
-            work.wait()
-        if own:
-            dist.destroy_process_group()
+    with gloo_group_of_one():
+        try:
+            with tracker_factory(model, optimizer=opt) as tracker:
+                for step in range(steps):
+                    x, y = batch(g, n=256)
+                    out = model(x)
+                    loss = nn.functional.cross_entropy(out, y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    stats = out.detach().clone()  # this step's logits, for a cross-rank histogram
+                    pending.append(dist.all_reduce(stats, async_op=True))  # the leak: never waited, never dropped
+                    tracker.step()
+        finally:
+            for work in pending:
+                work.wait()
