@@ -158,6 +158,24 @@ def user_frames(limit: int = 6) -> list[types.FrameType]:
     return frames or fallback
 
 
+def thread_user_frames(thread_id: int, limit: int = 6) -> list[types.FrameType]:
+    """The user's frames another running thread is in, innermost first (a background logger's
+    loop, a worker pool running the user's function). None while any frame of that thread, or
+    this one, is traced by a Python function (a debugger): reading a frame's locals there would
+    race with the tracer writing them back."""
+    if sys.gettrace() is not None:
+        return []
+    frames: list[types.FrameType] = []
+    f = sys._current_frames().get(thread_id)
+    while f is not None:
+        if f.f_trace is not None:
+            return []
+        if len(frames) < limit and is_user_file(f.f_code.co_filename):
+            frames.append(f)
+        f = f.f_back
+    return frames
+
+
 def is_locals_snapshot(frame: types.FrameType, loc: Any) -> bool:
     """True when `loc` (the frame's ``f_locals``) is a dict snapshot the frame keeps (before 3.13)."""
     return _SNAPSHOT_LOCALS and bool(frame.f_code.co_flags & _CO_OPTIMIZED) and type(loc) is dict

@@ -33,7 +33,7 @@ import torch
 from ..records import HoldersRecord
 from . import reach
 from .bounds import code_bound
-from .frames import is_locals_snapshot, is_user_file, loop_variables, release_snapshots
+from .frames import is_locals_snapshot, is_user_file, loop_variables, release_snapshots, thread_user_frames
 from .graphs import Roots
 from .holder_stats import HolderStats
 from .identity import Ages, Modules, model_modules, module_names
@@ -276,7 +276,8 @@ def _add_threads(w: Walk) -> None:
     target's arguments until it returns, so one started every step for slow work (an upload, a
     save) piles up with what it was given. Named ``Thread(target=NAME)`` after the target (a
     ``threading.Timer``'s function too); a Thread subclass of the user's, by its class, with its
-    attributes."""
+    attributes. And the locals of the user's functions any other thread is running (a logger
+    thread's list, a pool worker's cache), named by variable."""
     me = threading.get_ident()
     for th in threading.enumerate():
         if th.ident == me:
@@ -292,6 +293,22 @@ def _add_threads(w: Walk) -> None:
         elif _user_code(getattr(type(th), "run", None)):  # a subclass with a run() of its own
             name = type(th).__name__
             w.push(th, name, name, "thread", 1.0, f"a running {name} thread: kept until its run() returns")
+        for f in thread_user_frames(th.ident) if th.ident is not None else ():
+            _add_thread_locals(w, f, th.name)
+
+
+def _add_thread_locals(w: Walk, frame: Any, thread: str) -> None:
+    """A frame of another thread's: its locals as roots (its f_locals snapshot emptied after the walk)."""
+    loc = frame.f_locals
+    if loc is frame.f_globals:  # module code running in a thread: its globals are not a function's locals
+        return
+    q = getattr(frame.f_code, "co_qualname", None) or frame.f_code.co_name
+    note = f"a local variable of {q}() in thread {thread!r}, which is still running"
+    for k, v in list(loc.items()):
+        if not k.startswith("__"):
+            w.add_root(v, k, "local", note)
+    if is_locals_snapshot(frame, loc):
+        w.snapshots.append(loc)
 
 
 # torch's hooks that run for every module or every optimizer, by the function that registers them
