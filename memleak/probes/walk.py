@@ -363,7 +363,8 @@ class Walk(HolderTally):
         for hk in HOOK_DICTS:
             for fn, copies in reach.hooks_with_copies(d.get(hk)):
                 self.hook(fn, where, weight, copies, hk)
-        for k, prm in d.get("_parameters", {}).items():
+        tensors = itertools.chain(d.get("_parameters", {}).items(), d.get("_buffers", {}).items())
+        for k, prm in tensors:
             for hk in TENSOR_HOOK_DICTS:  # `param.register_hook(...)`: lives as long as the parameter
                 for fn, copies in reach.hooks_with_copies(getattr(prm, hk, None)):
                     self.hook(fn, f"{where}.{k}", weight, copies, hk)
