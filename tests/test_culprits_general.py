@@ -158,6 +158,15 @@ def list_on_a_buffer(model, opt, n):
         model.running.seen.append(_step(model, opt)[0].detach())
 
 
+def list_on_a_torch_class(model, opt, n):
+    nn.Linear.seen = []  # hung on torch's class by a debugging helper
+    try:
+        for _ in range(n):
+            nn.Linear.seen.append(_step(model, opt)[0].detach())
+    finally:
+        del nn.Linear.seen
+
+
 def distributions_kept(model, opt, n):
     dists = []
     for _ in range(n):
@@ -264,7 +273,8 @@ def saved_in_memory(model, opt, n):
     (attribute_per_step, "1.act_*"), (head_per_task, "heads.task*."), (object_array_slots, "preds"),
     (parameters_in_a_list, "plist"), (optimizer_per_step, "opts"), (linked_list, "head.value"),
     (grad_fns_kept, "fns"), (saved_in_memory, "blobs"), (lambda_defaults, "callbacks"),
-    (list_on_a_parameter, "0.weight.seen"), (list_on_a_buffer, "running.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
+    (list_on_a_parameter, "0.weight.seen"), (list_on_a_buffer, "running.seen"),
+    (list_on_a_torch_class, "Linear.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
     (storages_kept, "pages"), (typed_storages_kept, "pages"), (context_var_value, "SEEN_OUTPUTS"),
     (queue_nobody_reads, "q"), (remember_on_the_function, "keep.seen"), (chained_iterators, "pending"),
     (chain_map_children, "scopes.maps"), (bytes_gathered, "raw"), (bytes_written, "sink"),

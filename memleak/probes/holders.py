@@ -41,7 +41,7 @@ from .jit_traces import add_traced
 from .reach import closure_items, default_items
 from .stores import find_store, source_regions
 from .walk import Walk
-from .walk_scope import LRU_CACHES, SKIP_PACKAGES, top_package
+from .walk_scope import LRU_CACHES, SKIP_PACKAGES, library_classes, top_package
 
 # Module globals walked at most, besides those of the frames themselves.
 _MAX_GLOBALS = 12
@@ -96,6 +96,8 @@ def walk_roots(
         w.push(model, "", None, "module_attr")
     for g in globals_list:
         _add_globals(w, g, module_loops.get(id(g), frozenset()), later)
+    for cls in library_classes(classes):
+        _add_class_containers(w, cls.__name__, cls)
     if optimizer is not None:  # its extra attributes, when no variable reached it
         w.add_root(optimizer, "optimizer", "local")
     if frames:  # what the process keeps (not the model-only scan): finalizer callbacks, jit traces

@@ -117,6 +117,20 @@ def top_package(obj_type: type) -> str:
     return (getattr(obj_type, "__module__", None) or "builtins").partition(".")[0]
 
 
+def library_classes(classes: list[type]) -> list[type]:
+    """The classes of `classes` (and their bases below nn.Module) that torch or another library
+    defines: code of the user's can hang a class-level list on one (``nn.Linear.seen = []`` in a
+    debugging hook). The user's own classes are read with their module's globals."""
+    found: dict[int, type] = {}
+    for cls in classes:
+        for base in cls.__mro__:
+            if base is torch.nn.Module:
+                break
+            if top_package(base) in SKIP_PACKAGES:
+                found.setdefault(id(base), base)
+    return list(found.values())
+
+
 #: Iterators of builtin containers (``iter(x)``, ``zip``, ``map``, ``enumerate``, ``reversed``,
 #: ``filter``): C objects that keep what they iterate over. Builtins are skipped, these are not: an
 #: ``itertools.chain`` wrapped around the last one each step keeps every item through them.
