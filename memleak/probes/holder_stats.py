@@ -17,7 +17,7 @@ from ..records import HolderRow
 from .graphs import GraphInfo, Roots, graph_info, roots_of
 from .identity import Ages, tensor_nbytes
 from .pydata import data_size, item_size
-from .walk_scope import NAME_ALL_UP_TO, owner_bound
+from .walk_scope import NAME_ALL_UP_TO, index_bounds, owner_bound
 
 #: Of a holder's graphs, the first this many are kept for `_finish` to measure (the rest counted).
 GRAPHS_SAMPLED = 64
@@ -122,15 +122,18 @@ class HolderTally:
         #: the attributes of each object walked, by its path (where that bound is an attribute)
         self.attrs_of: dict[str, dict] = {}
 
-    def _bound_children(self, attrs: dict, path: str) -> None:
+    def _bound_children(self, obj: Any, attrs: dict, path: str) -> None:
         """An object's attributes (at `path`): where one names a bound (`owner_bound`: a replay
-        memory's ``capacity``), the containers beside it that have not passed it are bounded by it."""
+        memory's ``capacity``), the containers beside it that have not passed it are bounded by it;
+        a Dataset's memo keyed by sample index, by the dataset's length (`index_bounds`)."""
         self.attrs_of[path] = attrs
         cap = owner_bound(attrs)
         if cap is not None:
             for v in attrs.values():
                 if isinstance(v, (list, dict, collections.deque)) and len(v) <= cap:
                     self.bounds[id(v)] = cap
+        for memo, n in index_bounds(obj, attrs):
+            self.bounds[id(memo)] = n
 
     def _note_bound(self, obj: Any, n: int, holder: str, own_name: str) -> None:
         """A container that is its holder itself (not an item of a bigger one) and has a bound (a

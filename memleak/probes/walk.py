@@ -257,7 +257,7 @@ class Walk(HolderTally):
     def _attrs(self, obj, path, holder, kind, weight, note) -> None:
         d = getattr(obj, "__dict__", None)
         if isinstance(d, dict):
-            self._bound_children(d, path)
+            self._bound_children(obj, d, path)
             link = next((k for k, v in d.items() if type(v) is type(obj)), None)
             if link is not None:  # a node of a chain (a linked list's .prev, a tree's .parent)
                 kind, note = "chain", note or f"kept along a chain of {type(obj).__name__} objects linked by .{link}"

@@ -176,6 +176,25 @@ def owner_bound(attrs: dict) -> int | None:
     return None
 
 
+def index_bounds(obj: Any, attrs: dict) -> list[tuple[dict, int]]:
+    """The dicts of a map-style Dataset keyed by sample index (a memo filled in ``__getitem__``:
+    ``self.cache[i] = sample``), each with the dataset's length: ints in ``range(len(dataset))``
+    are at most that many keys, however long the run. Their first and last keys are looked at."""
+    if not isinstance(obj, torch.utils.data.Dataset):
+        return []
+    try:
+        n = len(obj)  # type: ignore[arg-type]
+    except Exception:  # an iterable-style dataset: no index space
+        return []
+    found = []
+    for v in attrs.values():
+        if type(v) is dict and type(n) is int and 0 < len(v) < n:
+            ends = itertools.chain(itertools.islice(v, 8), itertools.islice(reversed(v), 8))
+            if all(type(k) is int and 0 <= k < n for k in ends):
+                found.append((v, n))
+    return found
+
+
 def skipped(t: type) -> bool:
     """Whether the walk leaves objects of type `t` unopened: a type of a package it skips (the
     iterators of builtin containers aside)."""

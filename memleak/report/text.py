@@ -58,7 +58,9 @@ def headline(report) -> str:
         return verdict
     if verdict == "CLEAN":
         return f"CLEAN: no sustained growth in {g.column} over {g.n_steps} steps after warm-up ({g.shape})"
-    return f"INCONCLUSIVE: {'; '.join(g.evidence[:1]) or 'too few steps to decide'}"
+    # growth a bounded container filling up explains (suspects._bounded_growth): say so up front
+    stops = [e for s in report.suspects if s.location == g.column for e in s.evidence if e.endswith("it stops there")]
+    return f"INCONCLUSIVE: {'; '.join([*g.evidence[:1], *stops[:1]]) or 'too few steps to decide'}"
 
 
 #: Windows of full detail named one by one in the report (the rest are counted).
