@@ -151,3 +151,22 @@ def test_a_global_hook_partial_is_named_by_its_function():
 
     st = _walk_with_global_hook(lambda: functools.partial(_record_into, []), forwards=2).holders["partial(_record_into)"]
     assert st.count == 4 and st.kind == "hook"
+
+
+def test_optimizer_step_hooks_piling_up_are_named_by_what_they_bind():
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handles = []
+    try:
+        for _ in range(3):
+            loss = model(torch.ones(2, 4)).sum()
+            loss.backward()
+            handles.append(opt.register_step_post_hook(lambda o, a, k, seen=loss: None))  # one more per step
+            opt.step()
+        del loss
+        st = _walk(model, opt).holders["seen"]
+    finally:
+        for h in handles:
+            h.remove()
+    assert st.kind == "piled_hook" and st.count == 3
+    assert "hook <lambda> on opt," in st.note and "one of 3 hooks" in st.note

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from .frames import is_internal
+
 #: Optimizer attributes that are its legitimate, bounded structures (or hook registries).
 _OPTIMIZER_OWN = frozenset({"state", "param_groups", "defaults"})
 _CLOSURE_MARK = " (closure of "
@@ -130,12 +132,20 @@ def optimizer_items(opt: Any) -> Iterator[tuple[str, Any]]:
         yield k, v
 
 
-def optimizer_hooks(opt: Any) -> Iterator[Any]:
-    """The functions registered as an optimizer's step/state-dict hooks (their closures may keep
-    what they log)."""
+def optimizer_hook_dicts(opt: Any) -> list[tuple[str, dict]]:
+    """(registry, hooks) for an optimizer's step and state-dict hooks (their closures and default
+    arguments may keep what they log; one registered every step piles up), torch's and memleak's
+    own hooks left out."""
+    out = []
     for k, v in (getattr(opt, "__dict__", None) or {}).items():
-        if k.startswith("_optimizer_") and k.endswith("_hooks") and isinstance(v, dict):
-            yield from list(v.values())[:32]
+        if k.startswith("_optimizer_") and k.endswith("_hooks") and isinstance(v, dict) and v:
+            out.append((k, {i: fn for i, fn in list(v.items()) if not _internal_code(fn)}))
+    return out
+
+
+def _internal_code(fn: Any) -> bool:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code is not None and is_internal(code)
 
 
 def hooks_with_copies(hooks: Any) -> list[tuple[Any, int]]:

@@ -211,8 +211,9 @@ class Walk(HolderTally):
         """Its own extra lists, the parameters it keeps that are not the model's, and its hooks."""
         for k, v, hkind, why in optimizer_held(obj, self.exclude):
             self.push(v, f"{path}.{k}", child_holder(holder, path, k), hkind, weight, why)
-        for fn in reach.optimizer_hooks(obj):
-            self._function(fn, f"a hook registered on {path}", None, "closure", weight, note)
+        for hk, hooks in reach.optimizer_hook_dicts(obj):
+            for fn, copies in reach.hooks_with_copies(hooks):
+                self.hook(fn, path, weight, copies, hk)
 
     def _function(self, fn, path, holder, kind, weight, note) -> None:
         if holder is not None and "[...]" in path:  # a callback in a container: the container holds it
