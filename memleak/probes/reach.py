@@ -105,6 +105,12 @@ def frame_note(frame: Any, innermost: bool) -> str:
     return f"a local variable of {q}(), a caller that is still running"
 
 
+def kept_frame_note(frame: Any) -> str:
+    """Evidence line for the locals of a frame something keeps as an object."""
+    q = getattr(frame.f_code, "co_qualname", None) or frame.f_code.co_name
+    return f"a local of {q}() in a frame kept as an object (inspect.stack(), sys._getframe()): it keeps its locals"
+
+
 def lru_cache_items(fn: Any) -> list:
     """What a `functools.lru_cache` keeps for the life of its function: each key and result. The
     cache is a C field: only the garbage collector's referents reach it."""

@@ -66,7 +66,9 @@ def name_by_referrers(ref, depth: int = 6) -> str:
     """A name for what holds a tensor the root walk did not reach, climbing gc referrers (costly:
     each step scans every object). An attribute of an object is named ``Type.attr`` (an autograd
     Function's ctx ``Function.ctx.attr``), a module global by its name; containers and iterators
-    are climbed, and an iterator nothing refers to (a ``for`` loop's) is named as it was built."""
+    are climbed, and an iterator nothing refers to (a ``for`` loop's) is named as it was built. A
+    finished frame is climbed past to what keeps it (a list of ``inspect.stack()`` records: what the
+    user stores into); one that only a traceback keeps is named by its local."""
     target: Any = ref()
     if target is None:
         return ""
@@ -74,6 +76,7 @@ def name_by_referrers(ref, depth: int = 6) -> str:
     iterators: list[str] = []  # the C iterators climbed, innermost first
     ours: set[int] = set()
     stack = stack_ids()
+    as_local = ""  # the local of a finished frame that holds it, if nothing names what keeps the frame
     for _ in range(depth):
         refs = gc.get_referrers(target)
         ours.add(id(refs))
@@ -85,20 +88,17 @@ def name_by_referrers(ref, depth: int = 6) -> str:
                 continue
             if isinstance(r, (types.FrameType, types.GeneratorType, types.CoroutineType)):
                 name = _frame_name(r, target, stack)
+                if name and isinstance(r, types.FrameType) and not as_local:  # climb on to what keeps it
+                    as_local, found, chain = _joined([name, *chain]), r, []
+                    break
                 if name:
                     return _joined([name, *chain])
                 continue
             if isinstance(r, dict):
                 key = next((k for k, v in r.items() if v is target), None)
-                owners = gc.get_referrers(r)
-                ours.add(id(owners))
-                owner = next((o for o in owners if getattr(o, "__dict__", None) is r), None)
-                if isinstance(owner, types.ModuleType) and key is not None:  # a module's global
-                    return _joined([_global(r, key), *chain])
-                if owner is not None:
-                    return _joined([_type_name(owner), *([_key(key)] if key is not None else []), *chain])
-                if "__name__" in r and key is not None:  # a module's globals
-                    return _joined([_global(r, key), *chain])
+                name = _dict_name(r, key, ours)
+                if name:
+                    return _joined([name, *chain])
                 found = r
                 if key is not None:
                     chain.insert(0, _key(key))
@@ -115,8 +115,23 @@ def name_by_referrers(ref, depth: int = 6) -> str:
                 return _joined([_type_name(r), attr, *chain])
         del refs
         if found is None:
-            return ""
+            return as_local
         target = found
+    return as_local
+
+
+def _dict_name(d: dict, key: Any, ours: set[int]) -> str:
+    """The name of `d`'s entry `key` where what owns `d` names it: a module's global, an object's
+    attribute (``Type.attr``, or ``Type`` for a key that is no name); '' for a plain dict."""
+    owners = gc.get_referrers(d)
+    ours.add(id(owners))
+    owner = next((o for o in owners if getattr(o, "__dict__", None) is d), None)
+    if isinstance(owner, types.ModuleType) and key is not None:  # a module's global
+        return _global(d, key)
+    if owner is not None:
+        return _joined([_type_name(owner), *([_key(key)] if key is not None else [])])
+    if "__name__" in d and key is not None:  # a module's globals
+        return _global(d, key)
     return ""
 
 

@@ -49,8 +49,8 @@ from .walk_scope import (
     top_package,
 )
 
-# Objects whose insides are never walked: code, frames, classes, modules, weak references.
-_OPAQUE = (types.ModuleType, type, types.FrameType, types.CodeType, types.GeneratorType, weakref.ref)
+# Objects whose insides are never walked: code, classes, modules, weak references.
+_OPAQUE = (types.ModuleType, type, types.CodeType, types.GeneratorType, weakref.ref)
 
 
 class Walk(HolderTally):
@@ -134,7 +134,7 @@ class Walk(HolderTally):
             self._module(obj, path, holder, kind, weight, note)
         elif isinstance(obj, (types.FunctionType, types.LambdaType)):
             self._function(obj, path, holder, kind, weight, note)
-        elif isinstance(obj, (BaseException, types.GeneratorType, types.CoroutineType)):
+        elif isinstance(obj, (BaseException, types.GeneratorType, types.CoroutineType, types.FrameType)):
             self._frame_owner(obj, path, holder, kind, weight, note)
         elif isinstance(obj, types.MethodType):
             self.push(obj.__self__, path, holder, kind, weight, note)
@@ -230,6 +230,8 @@ class Walk(HolderTally):
             self.push(value, name, reach.closure_holder(fn, name), "closure", weight, why)
 
     def _frame_owner(self, obj, path, holder, kind, weight, note) -> None:
+        if isinstance(obj, types.FrameType):  # a frame kept as an object (inspect.stack(), sys._getframe())
+            return self._frame(obj, path, holder or path, kind, weight, note or reach.kept_frame_note(obj))
         if isinstance(obj, BaseException):  # its traceback keeps the frames it passed through
             self._attrs(obj, path, holder, kind, weight, note)
             for f, why in reach.exception_frames(obj):
@@ -293,21 +295,19 @@ class Walk(HolderTally):
             # slots allocated up front (``[0] * n``, ``[None] * n``) and filled in place: sample
             # the filled ones, or the placeholders at the ends would hide the growth in the middle
             items = filled if len(filled) <= 2 * SEQ_SAMPLE else filled[:SEQ_SAMPLE] + filled[-SEQ_SAMPLE:]
-            w = weight * len(filled) / len(items)
             if len(items) < len(filled):
                 self._estimated(holder or path)
             self._name_unsampled(filled, holder or path)
         elif n <= 2 * SEQ_SAMPLE or isinstance(obj, (set, frozenset)):
             items = list(obj)[: 4 * SEQ_SAMPLE]
-            w = weight * n / len(items)
         else:
             if isinstance(obj, collections.deque):
                 items = [obj[i] for i in range(SEQ_SAMPLE)] + [obj[-i] for i in range(1, SEQ_SAMPLE + 1)]
             else:
                 items = list(obj[:SEQ_SAMPLE]) + list(obj[-SEQ_SAMPLE:])
-            w = weight * n / len(items)
             self._estimated(holder or path)
             self._name_unsampled(obj, holder or path)
+        w = weight * (n if filled is None else len(filled)) / len(items)  # each item sampled stands for this many
         by_class = n <= NAMED_KEYS and len(items) == n and named_by_class(items)  # a trainer's callbacks
         for it in items:
             p = f"{path}[{type(it).__name__}]" if by_class else child
