@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 
+from .detect.thresholds import TENSOR_HOST_OVERHEAD
 from .schema import HOST_COLUMNS, Finding, Kind, Suspect
 from .units import fmt_bytes, where_ranks
 
@@ -50,11 +51,6 @@ SYMPTOMS = (Kind.LINEAR_GROWTH,)
 #: (a retained graph, or held tensors whose graphs grow, always explains it: autograd nodes and
 #: saved tensors grow the heap beyond the tensor bytes counted).
 EXPLAINED_SHARE = 0.5
-#: What a tensor kept costs the host heap beyond its data: its Python object, TensorImpl and
-#: StorageImpl, allocation headers and alignment (measured: 385-402 B a tensor, torch 2.13, CPU
-#: tensors of 1 to 16384 floats kept in a dict). A holder of many small tensors (a memo of short
-#: samples, 0-d losses) grows the heap by several times their bytes.
-TENSOR_HOST_OVERHEAD = 390
 
 
 def score(s: Suspect) -> tuple:

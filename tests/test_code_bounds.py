@@ -100,11 +100,11 @@ class PopsOneAddsTwo:
             self.pairs.pop(0)
 
 
-def _report(monitor, steps: int = 40) -> memleak.Report:
+def _report(monitor, steps: int = 40, **options) -> memleak.Report:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    with memleak.track(model, optimizer=opt) as tracker:
+    with memleak.track(model, optimizer=opt, **options) as tracker:
         for _ in range(steps):
             out = model(torch.randn(16, 32))
             opt.zero_grad()
@@ -123,10 +123,19 @@ def test_a_window_the_code_keeps_to_100_items_is_no_leak_while_it_fills(window):
     assert report.suspects[0].fix.startswith("None needed: monitor."), report.suspects[0].fix
 
 
-def test_a_window_whose_bound_is_far_away_is_judged_as_any_holder():
-    report = _report(WindowOfItsSize(window_size=10_000), steps=40)  # 40 items: 10,000 is 250 times that
+def test_a_far_bound_that_holds_much_of_the_memory_once_full_is_judged_as_any_holder():
+    # 40 items: 10,000 is 250 times that, about 6 MiB once full, a tenth of a 64 MiB budget
+    report = _report(WindowOfItsSize(window_size=10_000), steps=40, budget="64 MiB")
     assert report.verdict.value == "leak", str(report)
     assert report.suspects[0].location == "monitor.losses_window"
+    assert "is bounded at 1000" in report.suspects[0].fix and "lower its bound" in report.suspects[0].fix
+
+
+def test_a_far_bound_that_holds_little_once_full_is_no_leak():
+    # the same 6 MiB once full, under 1 % of an 8 GiB budget: a window, not a leak
+    report = _report(WindowOfItsSize(window_size=10_000), steps=40, budget="8 GiB")
+    assert report.verdict.value != "leak", str(report)
+    assert "the bound in your code" in str(report)
 
 
 def test_a_trim_that_takes_fewer_items_than_the_loop_adds_is_still_a_leak():

@@ -8,10 +8,11 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import memleak
+from memleak.detect.thresholds import TENSOR_HOST_OVERHEAD
 from memleak.probes.walk_scope import index_bounds
 from memleak.report.text import headline
 from memleak.schema import Finding, Kind
-from memleak.suspects import TENSOR_HOST_OVERHEAD, rank
+from memleak.suspects import rank
 
 
 class Memo(Dataset):

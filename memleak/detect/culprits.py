@@ -28,9 +28,10 @@ from collections.abc import Sequence
 from ..records import HoldersRecord
 from ..run import Run
 from ..schema import Finding
+from .bounded import filling_bounded
 from .culprit_table import Entries, merge_siblings
 from .graphs import linked_counts
-from .holder_growth import buffer_findings, filling_bounded, holder_findings
+from .holder_growth import buffer_findings, holder_findings
 from .module_outputs import module_evidence
 from .object_holders import object_findings
 from .registered import registered_findings
@@ -58,7 +59,7 @@ def detect(run: Run) -> list[Finding]:
         _cap_uncarried_chains(findings, carried)
     module_evidence(run.module_records, findings)
     object_findings(run, holders, hkinds, findings)  # Python data, once the tensors' causes are known
-    _spare_bounded(holders, findings)
+    _spare_bounded(holders, findings, run.capacity_bytes())
     merge_siblings(findings)
     _point_at_stores(holders, findings)
     return [_finding(loc, f) for loc, f in findings.items()]
@@ -95,10 +96,10 @@ def _point_at_stores(holders: Sequence[HoldersRecord], findings: Entries) -> Non
             f["fix"] = f"At {line}: {f['fix']}"
 
 
-def _spare_bounded(holders: Sequence[HoldersRecord], findings: Entries) -> None:
+def _spare_bounded(holders: Sequence[HoldersRecord], findings: Entries, memory: float | None) -> None:
     """A holder that grows only as a bounded container fills up (a ``deque(maxlen=...)`` window)
     stops at its bound: no leak, whatever its count did so far."""
-    for loc, why in filling_bounded(holders).items():
+    for loc, why in filling_bounded(holders, memory).items():
         f = findings.get(loc)
         if f is not None and f.get("leak"):
             f["leak"] = False

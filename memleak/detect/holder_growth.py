@@ -18,10 +18,6 @@ from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, keeps_new_highs, sustain
 #: Graph nodes a holder must gain before a growing graph counts.
 MIN_NODE_RISE = 8
 
-#: A bounded container still filling up is no leak only while its bound is near: once full it
-#: keeps at most this many times what it holds now.
-MAX_FILL_AHEAD = 16
-
 #: A holder whose count is estimated from a long container's ends was emptied in between only when
 #: its old tensors are fewer than this share of what it held before (see `_refilled_at`).
 ESTIMATED_REFILL_SHARE = 0.1
@@ -204,11 +200,22 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             f["evidence"].append(f"its graph includes the chain carried from step to step by {others}")
     f["evidence"].extend(_graph_evidence(name, h, chained, has_grad))
     f["evidence"].extend(_row_notes(h.last))
+    f["fix"] = _bounded_fix(name, h.last) if h.last.capacity and not (chained or has_grad) else f["fix"]
     if _mostly_views(h.last) and hkind != "hook":  # a hook object's tensors are not the user's to copy
         f["fix"] += (
             " Its tensors are small views (`t[0]`, `t[:, i]`, `t.view(...)`) that each keep their whole base "
             "tensor alive: store a copy of the part you need (`t[0].clone()`, or `.detach().clone()`)."
         )
+
+
+def _bounded_fix(name: str, last: HolderRow) -> str:
+    """The fix for a bounded container that grows towards a bound too large to wait for (it is
+    spared where the bound is near or small: culprits._spare_bounded)."""
+    full = fmt_bytes(last.bytes / max(1, last.length) * last.capacity)
+    return (
+        f"`{name}` is bounded at {last.capacity} items, but they would hold about {full}: lower its bound, or "
+        "keep numbers (`.item()`) or detached CPU copies (`t.detach().cpu()`) in it."
+    )
 
 
 def _arrays(last: HolderRow) -> str:
@@ -322,39 +329,6 @@ def buffer_findings(holders: Sequence[HoldersRecord], findings: Entries) -> None
             f"the registered buffer {p} grows from {fmt_bytes(vals[0])} at step {steps[0]} to "
             f"{fmt_bytes(vals[-1])} at step {steps[-1]} ({fmt_bytes(tr['slope'])} per step)"
         )
-
-
-def filling_bounded(holders: Sequence[HoldersRecord]) -> dict[str, str]:
-    """Holders that grow only because bounded containers fill up (a ``deque(maxlen=...)``, a list
-    beside its owner's ``capacity`` or trimmed by the user's code: `probes/bounds.py`): they cannot
-    pass their bound, which is near, their tensors carry no autograd graph, and each item holds no
-    more tensors nor bytes than at the first sample: the growth is items added. Holder -> why."""
-    if len(holders) < MIN_SAMPLES:
-        return {}
-    steps, by = _series(holders)
-    out = {}
-    for name, rows in by.items():  # a bound the user's code keeps is known from the second walk on
-        seen = [r for r in rows if r is not None]
-        seen = seen[next((i for i, r in enumerate(seen) if r.capacity), 0) :]
-        at = next(s for s, r in zip(reversed(steps), reversed(rows), strict=True) if r is not None)
-        if len(seen) < 2 or any(not r.capacity or not r.length for r in seen):
-            continue
-        first, last = seen[0], seen[-1]
-        if any(r.grad or r.nodes for r in seen) or last.capacity > MAX_FILL_AHEAD * last.length:
-            continue
-        # per item, with room for one (the newest may count under the variables that made it)
-        item, item_bytes = max(1.0, last.count / last.length), last.bytes / last.length
-        if last.count / last.length > (first.count + item) / first.length + 0.05:
-            continue
-        if item_bytes > 1.25 * (first.bytes + item_bytes) / first.length + 1024:
-            continue
-        out[name] = (
-            f"{name} is a bounded container (it keeps at most {last.capacity} items: a deque's maxlen, the "
-            f"capacity beside it, or the bound in your code) still filling up: {last.length} items at step {at}, about "
-            f"{fmt_bytes(last.bytes / last.length)} each, so at most about "
-            f"{fmt_bytes(last.bytes / last.length * last.capacity)} once full; its tensors carry no autograd graph"
-        )
-    return out
 
 
 # ---------------------------------------------------------------- series of the holders records

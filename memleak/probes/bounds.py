@@ -7,7 +7,7 @@ alone cannot tell them apart, the code can. Read from the source (AST), as `stor
 storing line: N is an int literal, a module-level constant of the same file (``MAX_KEPT = 100``)
 or an int attribute of the container's owner (``len(self.recent) > self.window_size``).
 The walk then counts such a container as bounded, as it does a ``deque(maxlen=...)``
-(`detect/holder_growth.filling_bounded`), while it holds no more than N.
+(`detect/bounded.filling_bounded`), while it holds no more than N.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ class HolderTally:
     def _note_bound(self, obj: Any, n: int, holder: str, own_name: str) -> None:
         """A container that is its holder itself (not an item of a bigger one) and has a bound (a
         deque's maxlen, or its owner's capacity): the bound and its length, for the detectors'
-        "still filling up" (`detect/holder_growth.filling_bounded`)."""
+        "still filling up" (`detect/bounded.filling_bounded`)."""
         if holder != own_name:
             return
         self.lengths[holder] = n

@@ -1,0 +1,57 @@
+"""Bounded containers still filling up: a holder that grows only because a container with a bound
+fills towards it (a ``deque(maxlen=...)``, a replay memory beside its ``capacity``, a list the
+user's code trims to N, a Dataset's memo keyed by sample index: `probes/bounds.py`,
+`probes/holder_stats.py`) stops at its bound, however its count rose so far."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..records import HoldersRecord
+from ..units import fmt_bytes
+from .holder_growth import _series
+from .sampled_trend import MIN_SAMPLES
+from .thresholds import TENSOR_HOST_OVERHEAD
+
+#: A bounded container still filling up is no leak while its bound is near (once full it keeps at
+#: most this many times what it holds now)...
+MAX_FILL_AHEAD = 16
+#: ...or, however far its bound, while it holds at most this share of the run's memory once full,
+#: each tensor's own objects on the host counted (a ``deque(maxlen=1000)`` of recent outputs in a
+#: 40-step run: a window, not a leak; a million 0-d tensors, about 400 MB of objects, is one).
+FULL_SHARE = 0.01
+
+
+def filling_bounded(holders: Sequence[HoldersRecord], memory: float | None = None) -> dict[str, str]:
+    """Holders that grow only because bounded containers fill up: they cannot pass their bound,
+    which is near or holds at most FULL_SHARE of `memory` (the run's, when known) once full, their
+    tensors carry no autograd graph, and each item holds no more tensors nor bytes than at the first
+    sample: the growth is items added. Holder -> why."""
+    if len(holders) < MIN_SAMPLES:
+        return {}
+    steps, by = _series(holders)
+    out = {}
+    for name, rows in by.items():  # a bound the user's code keeps is known from the second walk on
+        seen = [r for r in rows if r is not None]
+        seen = seen[next((i for i, r in enumerate(seen) if r.capacity), 0) :]
+        at = next(s for s, r in zip(reversed(steps), reversed(rows), strict=True) if r is not None)
+        if len(seen) < 2 or any(not r.capacity or not r.length for r in seen):
+            continue
+        first, last = seen[0], seen[-1]
+        full = last.capacity * (last.bytes + TENSOR_HOST_OVERHEAD * last.count) / last.length
+        near = last.capacity <= MAX_FILL_AHEAD * last.length or (memory and full <= FULL_SHARE * memory)
+        if any(r.grad or r.nodes for r in seen) or not near:
+            continue
+        # per item, with room for one (the newest may count under the variables that made it)
+        item, item_bytes = max(1.0, last.count / last.length), last.bytes / last.length
+        if last.count / last.length > (first.count + item) / first.length + 0.05:
+            continue
+        if item_bytes > 1.25 * (first.bytes + item_bytes) / first.length + 1024:
+            continue
+        out[name] = (
+            f"{name} is a bounded container (it keeps at most {last.capacity} items: a deque's maxlen, the "
+            f"capacity beside it, or the bound in your code) still filling up: {last.length} items at step {at}, about "
+            f"{fmt_bytes(last.bytes / last.length)} each, so at most about "
+            f"{fmt_bytes(last.bytes / last.length * last.capacity)} once full; its tensors carry no autograd graph"
+        )
+    return out
