@@ -415,6 +415,25 @@ def test_the_stack_runs_on_to_the_walks_after_the_last_detail_step():
     assert top == pytest.approx(heap[list(walked)] - 30 * MIB)
 
 
+def test_the_stack_after_the_last_detail_step_takes_memleaks_own_bytes_off_once():
+    """A detector imported mid-run (memleak's own 30 MiB on the heap) between the last detail step
+    and the later walks: the stack's top follows the heap less memleak's bytes, taken off once."""
+    n = 100
+    i = np.arange(n)
+    own = np.where(i >= 40, 30 * MIB, MIB).astype(float)
+    heap = 100 * MIB + 64 * 1024 * i + own
+    steps = pd.DataFrame({"step": i, "time": 0.1 * (i + 1), "heap_bytes": heap, "memleak_bytes": own})
+    modules = [{"step": s, "steps": 1, "counter": "heap", "categories": {"parameter": 10 * MIB, "total": float(heap[s])},
+                "modules": [], "alive": []} for s in (1, 3, 5)]
+    walked = (1, 3, 5, 60, 99)
+    holders = [{"step": s, "holders": [{"holder": "history", "kind": "local", "bytes": 64 * 1024 * s,
+                                        "count": s, "nodes": 0}]} for s in walked]
+    run = Run({"device": "cpu", "level": "auto"}, steps, records={"modules": modules, "holders": holders})
+    x, layers = categories(run, ["history"], keep=("history",))
+    top = np.sum([v for _, v in layers], axis=0)
+    assert top == pytest.approx(100 * MIB + 64 * 1024 * x)
+
+
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node to check the page's scripts")
 def test_the_pages_own_scripts_are_valid_javascript(tmp_path, page):
     scripts = re.findall(r"<script>(.*?)</script>", without_plotlyjs(page), flags=re.S)

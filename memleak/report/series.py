@@ -208,7 +208,7 @@ def categories(
         # memory column moved since the last record
         later = np.array(sorted({s for t in walks.values() for s in t["step"] if s > x[-1]}), dtype=float)
         at = np.append(x[-1], later)
-        mem = _total_at(run, at) - _own_at(run, at)
+        mem = _total_at(run, at)  # a host column comes less memleak's own bytes already (`column`)
         if len(later) and np.isfinite(mem).all():
             layers = [(label, np.concatenate([v, np.full(len(later), v[-1])])) for label, v in layers]
             total = np.concatenate([total, total[-1] + mem[1:] - mem[0]])
