@@ -79,6 +79,20 @@ def test_index_bounds_reads_only_a_sized_dataset_with_index_keys():
     assert index_bounds(object(), {"cache": {0: None}}) == []
 
 
+def test_index_bounds_calls_the_datasets_len_only_beside_an_index_keyed_dict():
+    class Counted(Dataset):
+        calls = 0
+
+        def __len__(self):  # the user's code: it may be slow, it is called only when needed
+            Counted.calls += 1
+            return 100
+
+    assert index_bounds(Counted(), {"names": {"a": 1}, "items": [1, 2]}) == []
+    assert Counted.calls == 0
+    memo = {3: None}
+    assert index_bounds(Counted(), {"memo": memo}) == [(memo, 100)] and Counted.calls == 1
+
+
 def _finding(kind, location, bps, data=None):
     return Finding("test", kind, location, bps, bps * 30, 0.95, ("evidence",), "fix", True, data or {})
 

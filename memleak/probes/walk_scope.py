@@ -9,6 +9,7 @@ import collections
 import functools
 import gc
 import itertools
+import math
 import multiprocessing.queues
 import sys
 import warnings
@@ -179,20 +180,26 @@ def owner_bound(attrs: dict) -> int | None:
 def index_bounds(obj: Any, attrs: dict) -> list[tuple[dict, int]]:
     """The dicts of a map-style Dataset keyed by sample index (a memo filled in ``__getitem__``:
     ``self.cache[i] = sample``), each with the dataset's length: ints in ``range(len(dataset))``
-    are at most that many keys, however long the run. Their first and last keys are looked at."""
+    are at most that many keys, however long the run. Their first and last keys are looked at;
+    the dataset's ``__len__`` (the user's code) is called only where such a dict is there."""
     if not isinstance(obj, torch.utils.data.Dataset):
+        return []
+    memos = [v for v in attrs.values() if type(v) is dict and v and _int_keys(v)]
+    if not memos:
         return []
     try:
         n = len(obj)  # type: ignore[arg-type]
     except Exception:  # an iterable-style dataset: no index space
         return []
-    found = []
-    for v in attrs.values():
-        if type(v) is dict and type(n) is int and 0 < len(v) < n:
-            ends = itertools.chain(itertools.islice(v, 8), itertools.islice(reversed(v), 8))
-            if all(type(k) is int and 0 <= k < n for k in ends):
-                found.append((v, n))
-    return found
+    if type(n) is not int:
+        return []
+    return [(v, n) for v in memos if len(v) < n and _int_keys(v, n)]
+
+
+def _int_keys(d: dict, below: float = math.inf) -> bool:
+    """Whether the first and last keys of `d` are ints in ``range(below)``."""
+    ends = itertools.chain(itertools.islice(d, 8), itertools.islice(reversed(d), 8))
+    return all(type(k) is int and 0 <= k < below for k in ends)
 
 
 def skipped(t: type) -> bool:
