@@ -373,19 +373,31 @@ def test_a_family_of_holders_is_drawn_once_not_also_as_its_first_members():
     assert top_holders(run) == ["heads.task*.weight", "cache"]
 
 
+def _heap_run(n, module_steps, *, own_from=None, arena_less=0.0, walked=(), level="auto"):
+    """A CPU run of `n` steps whose heap grows 64 KiB a step from 100 MiB, plus memleak's own bytes
+    (1 MiB, then 30 MiB from step `own_from`; none without it); `modules` records at `module_steps`,
+    their counter `arena_less` under the heap; a walk at each step of `walked` where `history` holds
+    64 KiB a step."""
+    i = np.arange(n)
+    own = np.zeros(n) if own_from is None else np.where(i >= own_from, 30 * MIB, MIB).astype(float)
+    heap = 100 * MIB + 64 * 1024 * i + own
+    columns = {"step": i, "time": 0.1 * (i + 1), "heap_bytes": heap.astype(float)}
+    if own_from is not None:
+        columns["memleak_bytes"] = own
+    modules = [{"step": s, "steps": 1, "counter": "heap", "modules": [], "alive": [],
+                "categories": {"parameter": 10 * MIB, "total": float(heap[s] - arena_less)}} for s in module_steps]
+    holders = [{"step": s, "holders": [{"holder": "history", "kind": "local", "bytes": 64 * 1024 * s,
+                                        "count": s, "nodes": 0}]} for s in walked]
+    records = {"modules": modules, "holders": holders}
+    return Run({"device": "cpu", "level": level}, pd.DataFrame(columns), records=records, path="runs/cpu")
+
+
 def test_a_cpu_run_is_drawn_less_memleaks_own_heap_bytes():
     """memleak's bookkeeping (the detector it imports mid-run: 30 MiB at once) is not the user's
     memory: the heap line and the stack's top are drawn less it, as the detectors judge them."""
-    n = 60
-    i = np.arange(n)
-    own = np.where(i >= 20, 30 * MIB, MIB).astype(float)
-    heap = 100 * MIB + 64 * 1024 * i + own
-    steps = pd.DataFrame({"step": i, "time": 0.1 * (i + 1), "heap_bytes": heap, "memleak_bytes": own})
-    modules = [{"step": s, "steps": 10, "counter": "heap", "categories": {"parameter": 10 * MIB, "total": float(heap[s])},
-                "modules": [], "alive": []} for s in range(0, n, 10)]
-    run = Run({"device": "cpu", "level": "full"}, steps, records={"modules": modules}, path="runs/cpu")
+    run = _heap_run(60, range(0, 60, 10), own_from=20, level="full")
     (label, line), = memory_lines(run)
-    assert label == "C heap" and line == pytest.approx(100 * MIB + 64 * 1024 * i)
+    assert label == "C heap" and line == pytest.approx(100 * MIB + 64 * 1024 * np.arange(60))
     x, layers = categories(run, [])
     top = np.sum([v for _, v in layers], axis=0)
     assert top == pytest.approx(100 * MIB + 64 * 1024 * x)
@@ -395,40 +407,21 @@ def test_the_stack_runs_on_to_the_walks_after_the_last_detail_step():
     """Level auto walks the holders at checks between its windows, and once more at the end: the
     stack goes on to those walks, the categories as last recorded and the total as the memory
     column moved since then (the records' counter, glibc's arena alone, is lower than the heap)."""
-    n = 100
-    i = np.arange(n)
-    heap = 100 * MIB + 64 * 1024 * i
-    steps = pd.DataFrame({"step": i, "time": 0.1 * (i + 1), "heap_bytes": heap.astype(float)})
-    modules = [{"step": s, "steps": 1, "counter": "heap",
-                "categories": {"parameter": 10 * MIB, "total": float(heap[s] - 30 * MIB)},
-                "modules": [], "alive": []} for s in (1, 3, 5)]
     walked = (1, 3, 5, 60, 99)
-    holders = [{"step": s, "holders": [{"holder": "history", "kind": "local", "bytes": 64 * 1024 * s,
-                                        "count": s, "nodes": 0}]} for s in walked]
-    run = Run({"device": "cpu", "level": "auto"}, steps, records={"modules": modules, "holders": holders})
+    run = _heap_run(100, (1, 3, 5), arena_less=30 * MIB, walked=walked)
     x, layers = categories(run, ["history"], keep=("history",))
     assert x.tolist() == list(walked)
     stack = dict(layers)
     assert stack["parameters"].tolist() == [10 * MIB] * len(walked)
     assert stack["history"].tolist() == [64 * 1024 * s for s in walked]
     top = np.sum([v for _, v in layers], axis=0)
-    assert top == pytest.approx(heap[list(walked)] - 30 * MIB)
+    assert top == pytest.approx(100 * MIB + 64 * 1024 * x - 30 * MIB)
 
 
 def test_the_stack_after_the_last_detail_step_takes_memleaks_own_bytes_off_once():
     """A detector imported mid-run (memleak's own 30 MiB on the heap) between the last detail step
     and the later walks: the stack's top follows the heap less memleak's bytes, taken off once."""
-    n = 100
-    i = np.arange(n)
-    own = np.where(i >= 40, 30 * MIB, MIB).astype(float)
-    heap = 100 * MIB + 64 * 1024 * i + own
-    steps = pd.DataFrame({"step": i, "time": 0.1 * (i + 1), "heap_bytes": heap, "memleak_bytes": own})
-    modules = [{"step": s, "steps": 1, "counter": "heap", "categories": {"parameter": 10 * MIB, "total": float(heap[s])},
-                "modules": [], "alive": []} for s in (1, 3, 5)]
-    walked = (1, 3, 5, 60, 99)
-    holders = [{"step": s, "holders": [{"holder": "history", "kind": "local", "bytes": 64 * 1024 * s,
-                                        "count": s, "nodes": 0}]} for s in walked]
-    run = Run({"device": "cpu", "level": "auto"}, steps, records={"modules": modules, "holders": holders})
+    run = _heap_run(100, (1, 3, 5), own_from=40, walked=(1, 3, 5, 60, 99))
     x, layers = categories(run, ["history"], keep=("history",))
     top = np.sum([v for _, v in layers], axis=0)
     assert top == pytest.approx(100 * MIB + 64 * 1024 * x)
