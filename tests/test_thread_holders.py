@@ -88,3 +88,14 @@ def test_a_thread_under_a_python_tracer_is_not_read():
     with _Background(body):
         walk = _walk()
     assert "traced" not in walk.holders
+
+
+def test_no_other_thread_is_read_while_a_python_tracer_runs_in_this_one():
+    previous = sys.gettrace()
+    with _Background(_keeps_three):
+        sys.settrace(lambda frame, event, arg: None)  # a debugger's trace function, here
+        try:
+            walk = _walk()
+        finally:
+            sys.settrace(previous)
+    assert "kept" not in walk.holders

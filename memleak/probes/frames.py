@@ -160,10 +160,11 @@ def user_frames(limit: int = 6) -> list[types.FrameType]:
 
 def thread_user_frames(thread_id: int, limit: int = 6) -> list[types.FrameType]:
     """The user's frames another running thread is in, innermost first (a background logger's
-    loop, a worker pool running the user's function). None while any frame of that thread, or
-    this one, is traced by a Python function (a debugger): reading a frame's locals there would
-    race with the tracer writing them back."""
-    if sys.gettrace() is not None:
+    loop, a worker pool running the user's function). Empty while a Python trace function (a
+    debugger's, not a C tracer such as coverage's) runs in this thread or traces a frame of that
+    one: Python writes a frame's locals back from its snapshot around such a function's calls,
+    and the walk empties that snapshot."""
+    if hasattr(sys.gettrace(), "__code__"):
         return []
     frames: list[types.FrameType] = []
     f = sys._current_frames().get(thread_id)
