@@ -99,3 +99,16 @@ def test_no_other_thread_is_read_while_a_python_tracer_runs_in_this_one():
         finally:
             sys.settrace(previous)
     assert "kept" not in walk.holders
+
+
+def test_reading_the_threads_leaves_no_reference_cycle_holding_the_walk():
+    import gc
+
+    gc.collect()
+    gc.disable()  # only reference counting frees it: a cycle through the walk's frames would keep it
+    try:
+        with _Background(_keeps_three):
+            walk = weakref.ref(_walk())
+        assert walk() is None
+    finally:
+        gc.enable()

@@ -13,6 +13,7 @@ import inspect
 import os
 import sys
 import sysconfig
+import threading
 import types
 from collections.abc import Callable
 from functools import lru_cache
@@ -158,22 +159,30 @@ def user_frames(limit: int = 6) -> list[types.FrameType]:
     return frames or fallback
 
 
-def thread_user_frames(thread_id: int, limit: int = 6) -> list[types.FrameType]:
-    """The user's frames another running thread is in, innermost first (a background logger's
-    loop, a worker pool running the user's function). Empty while a Python trace function (a
-    debugger's, not a C tracer such as coverage's) runs in this thread or traces a frame of that
-    one: Python writes a frame's locals back from its snapshot around such a function's calls,
-    and the walk empties that snapshot."""
+def running_frames() -> dict[int, types.FrameType]:
+    """The innermost frame of each running thread, by thread id (`sys._current_frames`); none while
+    a Python trace function (a debugger's, not a C tracer such as coverage's) runs in this thread:
+    Python writes a frame's locals back from its snapshot around such a function's calls, and the
+    walk empties the snapshots it reads. This thread's own frame is left out: kept by the caller,
+    it would tie the caller's frames (and the walk they hold) in a reference cycle."""
     if hasattr(sys.gettrace(), "__code__"):
-        return []
+        return {}
+    frames = sys._current_frames()
+    frames.pop(threading.get_ident(), None)
+    return frames
+
+
+def thread_user_frames(frame: types.FrameType | None, limit: int = 6) -> list[types.FrameType]:
+    """The user's frames from another thread's innermost `frame` outwards (a background logger's
+    loop, a worker pool running the user's function); none while a Python trace function traces
+    one of them (see `running_frames`)."""
     frames: list[types.FrameType] = []
-    f = sys._current_frames().get(thread_id)
-    while f is not None:
-        if f.f_trace is not None:
+    while frame is not None:
+        if frame.f_trace is not None:
             return []
-        if len(frames) < limit and is_user_file(f.f_code.co_filename):
-            frames.append(f)
-        f = f.f_back
+        if len(frames) < limit and is_user_file(frame.f_code.co_filename):
+            frames.append(frame)
+        frame = frame.f_back
     return frames
 
 

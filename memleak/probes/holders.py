@@ -33,7 +33,14 @@ import torch
 from ..records import HoldersRecord
 from . import reach
 from .bounds import code_bound
-from .frames import is_locals_snapshot, is_user_file, loop_variables, release_snapshots, thread_user_frames
+from .frames import (
+    is_locals_snapshot,
+    is_user_file,
+    loop_variables,
+    release_snapshots,
+    running_frames,
+    thread_user_frames,
+)
 from .graphs import Roots
 from .holder_stats import HolderStats
 from .identity import Ages, Modules, model_modules, module_names
@@ -281,6 +288,7 @@ def _add_threads(w: Walk) -> None:
     attributes. And the locals of the user's functions any other thread is running (a logger
     thread's list, a pool worker's cache), named by variable."""
     me = threading.get_ident()
+    running = running_frames()  # once: it lists every thread's frame
     for th in threading.enumerate():
         if th.ident == me:
             continue
@@ -295,7 +303,7 @@ def _add_threads(w: Walk) -> None:
         elif _user_code(getattr(type(th), "run", None)):  # a subclass with a run() of its own
             name = type(th).__name__
             w.push(th, name, name, "thread", 1.0, f"a running {name} thread: kept until its run() returns")
-        for f in thread_user_frames(th.ident) if th.ident is not None else ():
+        for f in thread_user_frames(running.get(th.ident)) if th.ident is not None else ():
             _add_thread_locals(w, f, th.name)
 
 
@@ -304,8 +312,7 @@ def _add_thread_locals(w: Walk, frame: Any, thread: str) -> None:
     loc = frame.f_locals
     if loc is frame.f_globals:  # module code running in a thread: its globals are not a function's locals
         return
-    q = getattr(frame.f_code, "co_qualname", None) or frame.f_code.co_name
-    note = f"a local variable of {q}() in thread {thread!r}, which is still running"
+    note = reach.thread_frame_note(frame, thread)
     for k, v in list(loc.items()):
         if not k.startswith("__"):
             w.add_root(v, k, "local", note)

@@ -99,16 +99,22 @@ def fn_name(fn: Any) -> str:
 
 def frame_note(frame: Any, innermost: bool) -> str:
     """Evidence line for a frame's locals: which running function owns them."""
-    q = getattr(frame.f_code, "co_qualname", None) or frame.f_code.co_name
     if innermost:
-        return f"a local variable of {q}(), the function that ended the step"
-    return f"a local variable of {q}(), a caller that is still running"
+        return f"a local variable of {_where(frame)}(), the function that ended the step"
+    return f"a local variable of {_where(frame)}(), a caller that is still running"
+
+
+def thread_frame_note(frame: Any, thread: str) -> str:
+    """Evidence line for the locals of a frame another running thread is in."""
+    return f"a local variable of {_where(frame)}() in thread {thread!r}, which is still running"
 
 
 def kept_frame_note(frame: Any) -> str:
     """Evidence line for the locals of a frame something keeps as an object."""
-    q = getattr(frame.f_code, "co_qualname", None) or frame.f_code.co_name
-    return f"a local of {q}() in a frame kept as an object (inspect.stack(), sys._getframe()): it keeps its locals"
+    return (
+        f"a local of {_where(frame)}() in a frame kept as an object (inspect.stack(), sys._getframe()): "
+        "it keeps its locals"
+    )
 
 
 def lru_cache_items(fn: Any) -> list:

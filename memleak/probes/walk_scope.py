@@ -9,7 +9,6 @@ import collections
 import functools
 import gc
 import itertools
-import math
 import multiprocessing.queues
 import sys
 import warnings
@@ -184,7 +183,7 @@ def index_bounds(obj: Any, attrs: dict) -> list[tuple[dict, int]]:
     the dataset's ``__len__`` (the user's code) is called only where such a dict is there."""
     if not isinstance(obj, torch.utils.data.Dataset):
         return []
-    memos = [v for v in attrs.values() if type(v) is dict and v and _int_keys(v)]
+    memos = [(v, top) for v in attrs.values() if type(v) is dict and v and (top := _top_index(v)) is not None]
     if not memos:
         return []
     try:
@@ -193,13 +192,13 @@ def index_bounds(obj: Any, attrs: dict) -> list[tuple[dict, int]]:
         return []
     if type(n) is not int:
         return []
-    return [(v, n) for v in memos if len(v) < n and _int_keys(v, n)]
+    return [(v, n) for v, top in memos if len(v) < n and top < n]
 
 
-def _int_keys(d: dict, below: float = math.inf) -> bool:
-    """Whether the first and last keys of `d` are ints in ``range(below)``."""
-    ends = itertools.chain(itertools.islice(d, 8), itertools.islice(reversed(d), 8))
-    return all(type(k) is int and 0 <= k < below for k in ends)
+def _top_index(d: dict) -> int | None:
+    """The largest of `d`'s first and last keys when all of them are ints of 0 or more, else None."""
+    ends = list(itertools.chain(itertools.islice(d, 8), itertools.islice(reversed(d), 8)))
+    return max(ends) if all(type(k) is int and k >= 0 for k in ends) else None
 
 
 def skipped(t: type) -> bool:
