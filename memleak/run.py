@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from .collector import collector_paused
 from .errors import UsageError
 from .records import BirthsRecord, HoldersRecord, ModulesRecord, SavedRecord
 from .schema import CHECK_EVENT, DETAIL_EVENT, HOST_COLUMNS, MEMORY_COLUMNS, OWN_COLUMN, Level, RecordType
@@ -41,13 +41,8 @@ def _build_all(raw: list[dict], build: Callable[[dict], T]) -> tuple[T, ...]:
     """`build` of each record, by step. The cyclic garbage collector is paused meanwhile: a long
     run has hundreds of thousands of rows, and each collection their making triggers would only
     rescan the loaded run (it halves the time)."""
-    running = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return tuple([build(r) for r in sorted(raw, key=lambda r: r["step"])])
-    finally:
-        if running:
-            gc.enable()
 
 
 class Run:

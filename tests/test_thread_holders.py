@@ -112,3 +112,43 @@ def test_reading_the_threads_leaves_no_reference_cycle_holding_the_walk():
         assert walk() is None
     finally:
         gc.enable()
+
+
+def test_no_collection_starts_while_the_walk_reads_another_threads_frames():
+    """A collection then could let that thread return from a frame Python is making an object for
+    (a use-after-free that crashes profilers reading threads on Python 3.11): the walk pauses the
+    collector, and runs with it on again afterwards."""
+    readers = {"running_frames", "thread_user_frames", "_add_thread_locals", "_add_threads"}
+    caught: list[str] = []
+
+    def on_collect(phase, info):
+        f = sys._getframe(1)
+        while f is not None:
+            if f.f_code.co_name in readers:
+                caught.append(f.f_code.co_name)
+            f = f.f_back
+
+    old = gc.get_threshold()
+    gc.callbacks.append(on_collect)
+    gc.set_threshold(1)  # a collection at nearly every allocation
+    try:
+        with _Background(_keeps_three):
+            walk = _walk()
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(on_collect)
+    assert walk.holders["kept"].count == 3  # read all the same
+    assert caught == []
+    assert gc.isenabled()
+
+
+def test_with_the_collector_running_the_threads_are_not_read():
+    from memleak.probes.frames import running_frames
+
+    with _Background(_keeps_three):
+        assert gc.isenabled() and running_frames() == {}
+        gc.disable()
+        try:
+            assert running_frames()  # the background thread's frame
+        finally:
+            gc.enable()

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ..collector import collector_paused
 from ..records import HoldersRecord
 from . import reach
 from .bounds import code_bound
@@ -61,6 +62,7 @@ _STORES_LOOKED_UP = 20
 _FINALIZERS_SAMPLED = 16
 
 
+@collector_paused()  # no frame object is made for another thread's frame mid-collection (frames.py)
 def walk_roots(
     *,
     step: int,
@@ -287,10 +289,9 @@ def _add_threads(w: Walk) -> None:
     ``threading.Timer``'s function too); a Thread subclass of the user's, by its class, with its
     attributes. And the locals of the user's functions any other thread is running (a logger
     thread's list, a pool worker's cache), named by variable."""
-    me = threading.get_ident()
     running = running_frames()  # once: it lists every thread's frame
     for th in threading.enumerate():
-        if th.ident == me:
+        if th.ident == threading.get_ident():
             continue
         target = getattr(th, "_target", None) or getattr(th, "function", None)  # a Timer's
         if _user_code(target):
