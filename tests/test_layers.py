@@ -11,7 +11,7 @@ PKG = Path(__file__).resolve().parents[1] / "memleak"
 
 # Lowest first. A module may import its own layer and the ones before it, never one after.
 LAYERS = [
-    ("records", ["schema", "records", "errors", "units", "holder_names"]),
+    ("records", ["schema", "records", "errors", "units", "holder_names", "collector"]),
     ("data", ["run", "snapshot"]),
     ("files", ["io"]),
     ("probes", ["probes"]),
