@@ -20,15 +20,12 @@ from the weak references in `Ages`.
 
 from __future__ import annotations
 
-import collections
 import functools
 import sys
 import threading
 import types
 import weakref
 from typing import Any
-
-import torch
 
 from ..collector import collector_paused
 from ..records import HoldersRecord
@@ -42,17 +39,16 @@ from .frames import (
     running_frames,
     thread_user_frames,
 )
+from .global_roots import add_class_containers, add_globals, add_root, user_globals
 from .graphs import Roots
 from .holder_stats import HolderStats
 from .identity import Ages, Modules, model_modules, module_names
 from .jit_traces import add_traced
-from .reach import closure_items, default_items
+from .reach import closure_items
 from .stores import find_store, source_regions
 from .walk import Walk
-from .walk_scope import LRU_CACHES, SKIP_PACKAGES, library_classes, top_package
+from .walk_scope import library_classes
 
-# Module globals walked at most, besides those of the frames themselves.
-_MAX_GLOBALS = 12
 # Holders of plain Python data only (no tensor) recorded from this many bytes: a config dict or a
 # short list of floats is not worth a row at every walk; growth past it is seen as it starts.
 _MIN_DATA_BYTES = 16 * 1024
@@ -98,15 +94,15 @@ def walk_roots(
         w.visited.add(id(model))  # walked below as the model tree, with module paths
     later: list[tuple] = []  # loop variables: named by the container they came from where it is reached
     snapshots, module_loops = _add_frame_locals(w, frames, later)
-    globals_list = _user_globals(frames, classes)
+    globals_list = user_globals(frames, classes)
     # the model tree next: its attributes get module paths even when a local names the model
     if model is not None:
         w.visited.discard(id(model))
         w.push(model, "", None, "module_attr")
     for g in globals_list:
-        _add_globals(w, g, module_loops.get(id(g), frozenset()), later)
+        add_globals(w, g, module_loops.get(id(g), frozenset()), later)
     for cls in library_classes(classes):
-        _add_class_containers(w, cls.__name__, cls)
+        add_class_containers(w, cls.__name__, cls)
     if optimizer is not None:  # its extra attributes, when no variable reached it
         w.add_root(optimizer, "optimizer", "local")
     if frames:  # what the process keeps (not the model-only scan): finalizer callbacks, jit traces
@@ -195,7 +191,7 @@ def _add_frame_locals(w: Walk, frames: list, later: list) -> tuple[list[dict], d
     """Each frame's locals as roots, its loop variables into `later` (`frames.loop_variables`: an
     alias of an item of what the loop iterates, walked once all else was). Returns the f_locals
     snapshots read (to empty after the walk), and the loop variables of the module code running,
-    by id of its globals (`_add_globals` defers those)."""
+    by id of its globals (`add_globals` defers those)."""
     snapshots = []
     module_loops: dict[int, frozenset[str]] = {}
     for i, f in enumerate(frames):
@@ -207,51 +203,10 @@ def _add_frame_locals(w: Walk, frames: list, later: list) -> tuple[list[dict], d
         loops = loop_variables(f.f_code)
         for k, v in list(loc.items()):
             if not k.startswith("__"):
-                _add_root(w, later, loops, v, k, "local", note)
+                add_root(w, later, loops, v, k, "local", note)
         if is_locals_snapshot(f, loc):
             snapshots.append(loc)
     return snapshots, module_loops
-
-
-def _add_root(w: Walk, later: list, loops: frozenset[str], obj: Any, name: str, kind: str, note: str = "") -> None:
-    """`obj` as a root named `name`; a loop variable's (in `loops`) into `later`, walked once all else was."""
-    if name in loops:
-        later.append((obj, name, kind, note))
-    else:
-        w.add_root(obj, name, kind, note)
-
-
-def _add_globals(w: Walk, g: dict, loops: frozenset[str], later: list) -> None:
-    """A module's globals as roots: its variables (`loops`, the loop variables of its code that is
-    running, into `later`), the state of the functions and the class-level containers it defines."""
-    modname = g.get("__name__", "")
-    for k, v in list(g.items()):
-        if isinstance(v, types.FunctionType) and v.__module__ == modname:
-            _add_function_state(w, k, v)
-            continue
-        if k.startswith("__") or isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType)):
-            continue
-        if isinstance(v, type):
-            if v.__module__ == modname:  # a class defined there: its class-level containers
-                _add_class_containers(w, k, v)
-            continue
-        _add_root(w, later, loops, v, k, "global")
-
-
-def _add_function_state(w: Walk, name: str, fn: types.FunctionType) -> None:
-    for arg, default in default_items(fn):  # a mutable default lives as long as the function
-        if isinstance(default, (torch.Tensor, list, dict, collections.deque, set)):
-            w.add_root(default, f"{name}.{arg}", "default_arg")
-    for var, value in closure_items(fn):  # a decorator's state lives in its wrapper's cells
-        w.push(value, var, reach.closure_holder(fn, var), "closure", 1.0, reach.closure_note(fn, var, name))
-
-
-def _add_class_containers(w: Walk, name: str, cls: type) -> None:
-    for ck, cv in list(vars(cls).items()):
-        if isinstance(cv, LRU_CACHES):  # a method (even __getitem__) cached with functools.lru_cache
-            w.add_root(cv, f"{name}.{ck}", "lru_cache")
-        elif not ck.startswith("__") and isinstance(cv, (torch.Tensor, list, dict, collections.deque, set, tuple)):
-            w.add_root(cv, f"{name}.{ck}", "class_attr")
 
 
 def _add_finalizers(w: Walk) -> None:
@@ -361,40 +316,3 @@ def _user_callable(fn) -> bool:
 def _user_code(fn) -> bool:
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     return code is not None and is_user_file(code.co_filename)
-
-
-# -- which module globals to walk
-def _user_globals(frames: list, classes: list[type]) -> list[dict]:
-    """The frames' globals; then those of the user modules and functions the frames name (a
-    train_step defined in utils.py keeps its globals there); then those of the modules that
-    define the model's classes (`classes`). Each once, in that order."""
-    found: dict[int, dict] = {}
-    for f in frames:
-        found.setdefault(id(f.f_globals), f.f_globals)
-    for f in frames:
-        for v in list(f.f_locals.values()) + ([] if f.f_locals is f.f_globals else list(f.f_globals.values())):
-            if len(found) >= _MAX_GLOBALS:
-                break
-            g = _user_globals_of(v)
-            if g is not None:
-                found.setdefault(id(g), g)
-    for cls in classes:
-        g = getattr(sys.modules.get(cls.__module__), "__dict__", None)
-        if g is not None and id(g) not in found and top_package(cls) not in SKIP_PACKAGES:
-            found[id(g)] = g
-    return list(found.values())
-
-
-def _user_globals_of(v: Any) -> dict | None:
-    """The globals of a user module (utils, engine), or of the module of a user function or class
-    that a frame names (a class imported from registry.py keeps its class-level lists there)."""
-    if isinstance(v, type):
-        v = sys.modules.get(v.__module__)
-    if isinstance(v, types.ModuleType):
-        g, filename = vars(v), getattr(v, "__file__", None) or ""
-    else:
-        fn = getattr(v, "__func__", v)
-        if not isinstance(fn, types.FunctionType):
-            return None
-        g, filename = fn.__globals__, fn.__code__.co_filename
-    return g if filename and is_user_file(filename) else None
