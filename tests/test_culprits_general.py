@@ -209,6 +209,18 @@ def remember_on_the_function(model, opt, n):
         keep(_step(model, opt)[0].detach())
 
 
+def _keep_last(t):
+    _keep_last.by_step[len(_keep_last.by_step)] = t  # a dict hung on a module-level function
+
+
+_keep_last.by_step = {}
+
+
+def remember_on_a_module_function(model, opt, n):
+    for _ in range(n):
+        _keep_last(_step(model, opt)[0].detach())
+
+
 def chained_iterators(model, opt, n):
     import itertools
 
@@ -276,7 +288,8 @@ def saved_in_memory(model, opt, n):
     (list_on_a_parameter, "0.weight.seen"), (list_on_a_buffer, "running.seen"),
     (list_on_a_torch_class, "Linear.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
     (storages_kept, "pages"), (typed_storages_kept, "pages"), (context_var_value, "SEEN_OUTPUTS"),
-    (queue_nobody_reads, "q"), (remember_on_the_function, "keep.seen"), (chained_iterators, "pending"),
+    (queue_nobody_reads, "q"), (remember_on_the_function, "keep.seen"),
+    (remember_on_a_module_function, "_keep_last.by_step"), (chained_iterators, "pending"),
     (chain_map_children, "scopes.maps"), (bytes_gathered, "raw"), (bytes_written, "sink"),
 ])
 def test_the_holder_is_named_first(loop, holder):

@@ -684,3 +684,36 @@ def test_a_library_global_found_by_referrers_is_named_after_its_module_and_a_use
     mine = module("my_helpers", str(tmp_path / "my_helpers.py"))
     assert name_by_referrers(weakref.ref(library._CACHE[0])) == "somelib.metrics._CACHE"
     assert name_by_referrers(weakref.ref(mine._CACHE[0])) == "_CACHE"  # the user's own code: its name
+
+
+def test_referrers_name_a_dict_hung_on_a_function_by_the_function():
+    import weakref
+
+    from memleak.probes.referrers import name_by_referrers
+
+    def cache_on_me():
+        pass
+
+    cache_on_me.by_step = {0: torch.ones(3)}  # noqa: B018 - what code hangs on a function
+    ref = weakref.ref(cache_on_me.by_step[0])
+    name = name_by_referrers(ref)
+    assert name.startswith("test_referrers_name_a_dict_hung_on_a_function_by_the_function.<locals>.cache_on_me.by_step"), name
+    del cache_on_me
+
+
+def _module_level_keeper():
+    pass
+
+
+def test_an_attribute_hung_on_a_module_level_function_is_walked_by_its_name():
+    from memleak.probes.holders import walk_roots
+    from memleak.probes.identity import Ages
+
+    _module_level_keeper.by_step = {i: torch.ones(4) for i in range(3)}
+    try:
+        frame = sys._getframe()
+        walk = walk_roots(step=3, model=None, optimizer=None, ages=Ages(), exclude=set(), frames=[frame])
+        st = walk.holders["_module_level_keeper.by_step"]
+        assert st.count == 3 and st.kind == "global"
+    finally:
+        del _module_level_keeper.by_step

@@ -55,6 +55,9 @@ def add_function_state(w: Walk, name: str, fn: types.FunctionType) -> None:
             w.add_root(default, f"{name}.{arg}", "default_arg")
     for var, value in closure_items(fn):  # a decorator's state lives in its wrapper's cells
         w.push(value, var, reach.closure_holder(fn, var), "closure", 1.0, reach.closure_note(fn, var, name))
+    for k, v in list(vars(fn).items()):  # what code hung on it (`train_step.last = {}`), not `__wrapped__`
+        if not k.startswith("__"):
+            w.add_root(v, f"{name}.{k}", "global")
 
 
 def add_class_containers(w: Walk, name: str, cls: type) -> None:

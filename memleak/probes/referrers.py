@@ -18,6 +18,8 @@ from .reach import frame_holder, stack_ids
 
 
 def _type_name(owner: object) -> str:
+    if isinstance(owner, types.FunctionType):  # its __dict__: `train_step.last`, not `function.last`
+        return owner.__qualname__
     tname = type(owner).__name__
     if isinstance(owner, torch.autograd.function.BackwardCFunction):
         tname = tname.removesuffix("Backward") + ".ctx"
