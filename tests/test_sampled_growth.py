@@ -5,7 +5,7 @@ filled (a cache at its capacity), it does not leak. Pure detector tests on synth
 from __future__ import annotations
 
 from memleak.detect.holder_growth import buffer_findings, holder_findings
-from memleak.detect.sampled_trend import keeps_new_highs, plateaued, refills_level, sustained_rise
+from memleak.detect.sampled_trend import decelerated, keeps_new_highs, plateaued, refills_level, sustained_rise
 from memleak.records import HolderRow, HoldersRecord
 
 KIB = 1024
@@ -40,6 +40,21 @@ def test_a_cache_that_filled_and_stayed_full_is_no_leak():
     growing = [1, 6, 6, 7, 10, 11, 13, 16]
     assert sustained_rise(steps, growing, 2) is not None
     assert _leaks(_records(steps, growing, [c * 4 * KIB for c in growing])) == {"cache"}
+
+
+def test_a_cache_of_a_finite_set_of_keys_that_all_but_stopped_filling_is_no_leak():
+    # token ids seen so far (200 of them, 16 drawn a step), sampled as level auto does: densely while
+    # the run is young, then at a check; the last few ids trickle in, so it never ends flat
+    steps = [*range(1, 32, 2), 45, 47, 49, 51, 53, 63]
+    seen = [round(200 * (1 - (1 - 1 / 200) ** (16 * s))) for s in steps]
+    assert seen[-1] > seen[-2] and not plateaued(steps, seen, 2)
+    assert decelerated(steps, seen, 2) and sustained_rise(steps, seen, 2) is None
+    assert _leaks(_records(steps, seen, [c * 32 * KIB for c in seen])) == set()
+    # a steady leak sampled the same way keeps its rate; so does a staircase (one tensor every 10 steps)
+    assert sustained_rise(steps, [3 * s for s in steps], 2) is not None
+    assert not decelerated(steps, [s // 10 for s in steps], 2)
+    # a cache that slows down but still gains a third of its earlier rate is not judged full yet
+    assert not decelerated(steps, [min(s, 31) + (s - 31) // 3 if s > 31 else s for s in steps], 2)
 
 
 def test_a_slow_leak_sampled_between_its_rises_is_still_a_leak():

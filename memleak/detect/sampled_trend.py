@@ -39,6 +39,10 @@ STAIR_LATE_SHARE = 0.3
 #: A flat stretch at the end of a staircase is a tread, not a plateau, while it is shorter than
 #: this many of its treads (the median steps between two rises).
 STAIR_TREADS = 2.0
+#: A series whose rate over the later half of its span (in steps) is at most this share of its
+#: rate over the earlier half has all but stopped: a cache of a finite set of keys filling up
+#: (token ids, length buckets, a dataset cached in its first epoch); a leak keeps its rate.
+DECELERATED_SHARE = 0.2
 
 
 def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_rise: float = 0.0) -> dict | None:
@@ -62,7 +66,7 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
     mid = n // 2
     if not (v[-1] > v[mid] and v[mid] >= v[0]):  # still growing in the second half: not a filling cache
         return None
-    if plateaued(x, v, min_rise):
+    if plateaued(x, v, min_rise) or decelerated(x, v, min_rise):
         return None
     slope = _theil(x, v)
     mono = max(pos / (n - 1), 0.5 if stairs else 0.0)
@@ -151,6 +155,22 @@ def plateaued(steps, values, min_rise: float) -> bool:
     expected = before * (x[-1] - x[start])
     gained = v[start] - v[0]
     return gained > 0 and expected >= max(PLATEAU_MIN_RISES * min_rise, PLATEAU_SHARE * gained)
+
+
+def decelerated(steps, values, min_rise: float) -> bool:
+    """Whether the series gained, over the later half of its span in steps, at most
+    ``DECELERATED_SHARE`` of what its earlier half's rate would have given there, and that would
+    have been clearly more than nothing (as for `plateaued`). Halves by steps, not samples: the
+    young steps are sampled densely, the later ones sparsely."""
+    x, v = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    m = int(np.searchsorted(x, (x[0] + x[-1]) / 2, side="right")) - 1  # the last sample of the earlier half
+    if m <= 0 or m >= len(v) - 1:
+        return False
+    gained = v[m] - v[0]
+    expected = gained / (x[m] - x[0]) * (x[-1] - x[m])  # at the earlier half's rate
+    if gained <= 0 or expected < max(PLATEAU_MIN_RISES * min_rise, PLATEAU_SHARE * gained):
+        return False
+    return v[-1] - v[m] <= DECELERATED_SHARE * expected
 
 
 def keeps_new_highs(steps: list[int], values: list[float]) -> bool:

@@ -16,7 +16,7 @@ from ..units import fmt_bytes
 from . import cycles
 from .culprit_fixes import culprit_fix
 from .culprit_table import Entries, entry
-from .sampled_trend import MIN_COUNT_RISE, plateaued
+from .sampled_trend import MIN_COUNT_RISE, decelerated, plateaued
 
 #: Share of the checked deep steps whose tensors must still be alive for a site to accumulate.
 MIN_SURVIVING_SHARE = 0.6
@@ -242,14 +242,16 @@ def _alive_by_key(record: BirthsRecord) -> Groups:
 
 def _filled(holders: Sequence[HoldersRecord], holder: str) -> bool:
     """Whether the named `holder` stopped growing: its tensor count ends in a long flat stretch
-    (sampled_trend.plateaued). Its old tensors that survive are a full cache's entries still in
+    (sampled_trend.plateaued), or all but stopped (`decelerated`: a cache of a finite set of keys
+    filling up). Its old tensors that survive are a full cache's entries still in
     use (an LRU cache's hits, a ring buffer's slots), not an accumulation."""
     if not holder:
         return False
     rows = [(r.step, row.count) for r in holders for row in r.holders if row.holder == holder]
     if len(rows) < MIN_COHORTS or rows[-1][0] != holders[-1].step:
         return False
-    return plateaued([s for s, _ in rows], [c for _, c in rows], MIN_COUNT_RISE)
+    steps, counts = [s for s, _ in rows], [c for _, c in rows]
+    return plateaued(steps, counts, MIN_COUNT_RISE) or decelerated(steps, counts, MIN_COUNT_RISE)
 
 
 def _accumulating(alive: list[int], eligible: list[int], step: int) -> bool:
