@@ -358,6 +358,19 @@ def test_holders_that_live_as_long_as_a_function_get_the_fix_of_their_kind(hkind
     assert fix.startswith("`embed`") and says in fix and "{" not in fix, fix
 
 
+def test_an_attribute_list_is_not_called_a_metric_s_state():
+    """`hist.samples` is as often a plain list as a metric's state: the fix says what to keep or how
+    to bound it, and mentions a metric's reset() only as a case, not as what the holder is."""
+    from memleak.detect.culprit_fixes import culprit_fix
+    from memleak.schema import Kind
+
+    fix = culprit_fix(Kind.SURVIVING_TENSORS, "hist.samples", "global", chained=False, has_grad=False, saved_growing=False)
+    assert fix.startswith("`hist.samples` keeps gaining tensors") and "accumulator" not in fix, fix
+    assert "If it is a metric's state" in fix
+    plain = culprit_fix(Kind.SURVIVING_TENSORS, "history", "global", chained=False, has_grad=False, saved_growing=False)
+    assert "reset()" not in plain, plain
+
+
 def test_a_class_level_list_of_a_class_imported_from_a_user_module_is_named(tmp_path, monkeypatch):
     import importlib
 

@@ -131,15 +131,11 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             "storing tensors on `ctx` or `self` instead of `ctx.save_for_backward`, a tensor hook or "
             "closure capturing its own tensor). Break the cycle, or `.detach()` what is stored."
         )
-    if "." in holder and not holder.startswith("<"):
-        return (
-            f"`{holder}` accumulates tensors (a metric or accumulator state): call its `reset()` (or clear "
-            f"it) after each `compute()`/epoch, keep numbers (`.item()`) or `.detach().cpu()` copies, or "
-            f"bound it with `collections.deque(maxlen=...)`{grad}."
-        )
+    # an attribute may be a metric's state, whose own reset() empties it (torchmetrics), or a plain list
+    reset = " If it is a metric's state, its `reset()` after each `compute()` empties it." if "." in holder else ""
     return (
         f"`{holder}` keeps gaining tensors: append a number (`loss.item()`) or a detached copy "
-        f"(`t.detach().cpu()`), bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
+        f"(`t.detach().cpu()`), bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}.{reset}"
     )
 
 
