@@ -97,3 +97,40 @@ def test_stores_are_looked_up_for_holders_that_grew_not_at_the_first_walk_nor_fo
     assert all(line == "" for line in stored[0].values())  # the first walk: nothing to compare with
     assert all(s.get("steady") == "" for s in stored if "steady" in s)  # its size never changed
     assert all(s["kept"] == f"test_stores.py:{append_line}" for s in stored[1:] if "kept" in s)
+
+
+GROWN_SOURCE = textwrap.dedent('''
+    import contextvars
+    import torch
+
+    TRACE = contextvars.ContextVar("trace", default=None)
+
+    class Recall:
+        def __init__(self):
+            self.embs = torch.empty(0, 64)
+            self.avg = torch.tensor(0.0)
+
+        def update(self, emb, loss):
+            self.embs = torch.cat([self.embs, emb])
+            self.avg = 0.9 * self.avg + 0.1 * loss
+
+    def traced(t):
+        lst = TRACE.get()
+        if lst is None:
+            lst = []
+            TRACE.set(lst)
+        lst.append(t)
+''')
+
+
+def test_a_holder_grown_by_rebinding_it_or_through_an_alias_is_found_where_it_grows(tmp_path):
+    """Not at its first assignment: `self.embs = torch.cat([self.embs, x])` and an EMA computed from
+    itself rebind the holder from its own value; a ContextVar's list is filled through a local."""
+    path = tmp_path / "grown.py"
+    path.write_text(GROWN_SOURCE)
+    lines = GROWN_SOURCE.splitlines()
+    at = {needle: 1 + next(i for i, text in enumerate(lines) if needle in text)
+          for needle in ("torch.cat([self.embs", "0.9 * self.avg", "lst.append")}
+    assert store_line(str(path), 1, 100, "recall.embs") == at["torch.cat([self.embs"]
+    assert store_line(str(path), 1, 100, "ema.avg") == at["0.9 * self.avg"]
+    assert store_line(str(path), 1, 100, "TRACE") == at["lst.append"]

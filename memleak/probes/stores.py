@@ -104,17 +104,41 @@ def _store_line(filename: str, mtime: float, first: int, last: int, leaf: str) -
     tree = source_tree(filename, mtime)
     if tree is None:
         return None
+    nodes = [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last]
+    aliases = _aliases(nodes, leaf)
     adds: list[int] = []
     binds: list[int] = []
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", 0)
-        if first <= line <= last and _stores(node, leaf):
+    for node in nodes:
+        if _stores(node, leaf):
             rebinds = isinstance(node, (ast.Assign, ast.AnnAssign)) and not any(
                 isinstance(t, ast.Subscript) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
             )
-            (binds if rebinds else adds).append(line)
+            # a rebind computed from the holder itself grows it (`self.embs = torch.cat([self.embs, x])`)
+            (binds if rebinds and not _reads(node.value, leaf) else adds).append(node.lineno)  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Call) and any(adds_to(node, a) for a in aliases):
+            adds.append(node.lineno)
     found = sorted(adds) or sorted(binds)
     return found[0] if found else None
+
+
+def _aliases(nodes: list[ast.AST], leaf: str) -> set[str]:
+    """Local names bound to the holder (`lst = _trace.get()`, `buf = self.history[k]`): what is
+    appended to them is stored into it."""
+    return {
+        t.id
+        for n in nodes
+        if isinstance(n, ast.Assign) and ends_in(n.value, leaf)
+        for t in n.targets
+        if isinstance(t, ast.Name) and t.id != leaf
+    }
+
+
+def _reads(value: ast.AST | None, leaf: str) -> bool:
+    """Whether an expression reads `leaf` (as a name or an attribute)."""
+    return value is not None and any(
+        (isinstance(n, ast.Name) and n.id == leaf) or (isinstance(n, ast.Attribute) and n.attr == leaf)
+        for n in ast.walk(value)
+    )
 
 
 def code_span(code) -> tuple[int, int]:
