@@ -209,6 +209,22 @@ def remember_on_the_function(model, opt, n):
         keep(_step(model, opt)[0].detach())
 
 
+class _PredictionWriter:
+    def __init__(self):
+        self.preds = []
+
+    def on_batch_end(self, out):
+        self.preds.append(out)
+
+
+def callback_in_a_list(model, opt, n):
+    callbacks = [_PredictionWriter()]  # a trainer's callbacks: the list is fixed, the writer's list grows
+    for _ in range(n):
+        out = _step(model, opt)[0].detach()
+        for cb in callbacks:
+            cb.on_batch_end(out)
+
+
 def _keep_last(t):
     _keep_last.by_step[len(_keep_last.by_step)] = t  # a dict hung on a module-level function
 
@@ -289,7 +305,8 @@ def saved_in_memory(model, opt, n):
     (list_on_a_torch_class, "Linear.seen"), (distributions_kept, "dists"), (list_on_a_scheduler, "sched.losses"),
     (storages_kept, "pages"), (typed_storages_kept, "pages"), (context_var_value, "SEEN_OUTPUTS"),
     (queue_nobody_reads, "q"), (remember_on_the_function, "keep.seen"),
-    (remember_on_a_module_function, "_keep_last.by_step"), (chained_iterators, "pending"),
+    (remember_on_a_module_function, "_keep_last.by_step"), (callback_in_a_list, "callbacks[...].preds"),
+    (chained_iterators, "pending"),
     (chain_map_children, "scopes.maps"), (bytes_gathered, "raw"), (bytes_written, "sink"),
 ])
 def test_the_holder_is_named_first(loop, holder):

@@ -43,6 +43,8 @@ def test_leaf_names_are_the_last_name_a_person_typed():
     assert leaf_name("metric.values") == "values"
     assert leaf_name("logger.history['loss']") == "history"
     assert leaf_name("blocks.1.attn.cache") == "cache"
+    assert leaf_name("self.callbacks[...].preds") == "preds"  # a list kept by an object in a list
+    assert leaf_name("recent (closure of build.<locals>.observe)") == "recent"  # not `observe)`
 
 
 def test_the_adding_line_is_found_and_initialisations_are_not(tmp_path):

@@ -12,6 +12,7 @@ import ast
 import inspect
 import linecache
 import os
+import re
 from collections.abc import Iterator
 from functools import lru_cache
 
@@ -27,8 +28,9 @@ _EMPTY_CALLS = frozenset({"list", "dict", "set", "deque", "defaultdict", "Ordere
 
 def leaf_name(holder: str) -> str:
     """The last name of a holder path as a person wrote it: `metric.values` -> `values`,
-    `logger.history['loss']` -> `history`, `blocks.1.attn.cache` -> `cache`."""
-    name = holder.split("[", 1)[0]
+    `logger.history['loss']` -> `history`, `blocks.1.attn.cache` -> `cache`,
+    `self.callbacks[...].preds` -> `preds`."""
+    name = re.sub(r"\[[^\]]*\]", "", holder.split(" (", 1)[0])  # indices and keys, a closure's suffix
     parts = [p for p in name.replace("()", "").split(".") if p and not p.isdigit()]
     return parts[-1] if parts else name
 

@@ -270,12 +270,12 @@ class Walk(HolderTally):
                 if k == link:  # the next node: its attributes count under this one's names
                     self.push(v, path, holder, kind, weight, note)
                     continue
-                self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
+                self.push(v, f"{path}.{k}", child_holder(holder, path, k, value=v), kind, weight, note)
         slots = getattr(type(obj), "__slots__", ())
         for k in (slots,) if isinstance(slots, str) else slots:
             v = getattr(obj, k, None)
             if v is not None:
-                self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
+                self.push(v, f"{path}.{k}", child_holder(holder, path, k, value=v), kind, weight, note)
         for v in c_fields(obj):  # an object of a C type (itertools.cycle, tee): its unnamed fields
             self.push(v, path + "[...]", holder or path, kind, weight, note or c_note(obj))
 

@@ -249,14 +249,18 @@ def c_note(obj) -> str:
     )
 
 
-def child_holder(holder: str | None, path: str, key: str | None, full: str | None = None) -> str | None:
-    """The holder for a child: the parent's holder while it is a named chain, else unchanged."""
+def child_holder(holder: str | None, path: str, key: str | None, full: str | None = None, value: Any = None) -> str | None:
+    """The holder for a child: the parent's holder while it is a named chain, else unchanged; and
+    a container kept by an object inside a container (`value`: a callback's list in a trainer's
+    list of callbacks), named through it: ``self.callbacks[...].preds``."""
     if holder is None:
         return None
     child = full if full is not None else (f"{path}.{key}" if path else key)
     assert child is not None  # callers pass a key or a path
-    # a holder stays the nearest *named* owner: extend it only along names, never past an index
-    return child + reach.suffix(holder) if "[...]" not in child else holder
+    # a holder stays the nearest *named* owner: extend it only along names, never past an index,
+    # unless what the name leads to is a container of its own (the growth is in it, not in the outer one)
+    named = "[...]" not in child or type(value) in (list, dict, set, collections.deque)
+    return child + reach.suffix(holder) if named else holder
 
 
 def filled_slots(seq) -> list | None:
