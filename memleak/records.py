@@ -168,8 +168,8 @@ class HolderRow(_Record):
     """One holder at one walk: a variable, attribute, container or closure cell holding tensors."""
 
     holder: str  # the path a person would type: `history`, `metric.preds`, `blocks.1.attn.cache`
-    # local, global, class_attr, module_attr, closure, optimizer_attr, optimizer_params, default_arg, hook,
-    # lru_cache, jit (functions torch.jit.trace compiled: probes/jit_traces.py), ...
+    # local, global, class_attr, module_attr, param_attr (hung on a parameter), closure, optimizer_attr,
+    # optimizer_params, default_arg, hook, lru_cache, jit (functions torch.jit.trace compiled), ...
     kind: str = ""
     count: float = 0  # tensors held (one decimal: a long container's are estimated from its ends)
     bytes: int = 0  # bytes of their storages

@@ -177,10 +177,8 @@ class Walk(HolderTally):
 
     def _partial(self, obj, path, holder, kind, weight, note) -> None:
         self.push(obj.func, path, holder, kind, weight, note)
-        for a in obj.args:
+        for a in [*obj.args, *obj.keywords.values()]:
             self.push(a, path + "[...]", holder, kind, weight, note)
-        for k, v in obj.keywords.items():
-            self.push(v, f"{path}.{k}", holder, kind, weight, note)
 
     def _view(self, obj, path, holder, kind, weight, note) -> None:
         """An array or memoryview: it keeps the object whose memory it shares (``tensor.numpy()``
@@ -369,11 +367,12 @@ class Walk(HolderTally):
             for hk in TENSOR_HOOK_DICTS:  # `param.register_hook(...)`: lives as long as the parameter
                 for fn, copies in reach.hooks_with_copies(getattr(prm, hk, None)):
                     self.hook(fn, f"{where}.{k}", weight, copies, hk)
-            attrs = getattr(prm, "__dict__", None)  # what code hung on it (`p.seen = []`)
+            attrs = getattr(prm, "__dict__", None)  # what code hung on it (`p.seen = []`): not cached in forward
+            pkind = "param_attr" if kind == "module_attr" else kind
             for a, v in list(attrs.items()) if attrs else ():
                 if not isinstance(v, SCALARS) and not a.startswith("__"):
                     p = f"{path}.{k}.{a}" if path else f"{k}.{a}"
-                    self.push(v, p, child_holder(holder, path, k, full=p), kind, weight, note)
+                    self.push(v, p, child_holder(holder, path, k, full=p), pkind, weight, note)
         for k, child in d.get("_modules", {}).items():
             if child is not None:
                 cp = f"{path}.{k}" if path else k

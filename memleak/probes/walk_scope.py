@@ -249,7 +249,9 @@ def c_note(obj) -> str:
     )
 
 
-def child_holder(holder: str | None, path: str, key: str | None, full: str | None = None, value: Any = None) -> str | None:
+def child_holder(
+    holder: str | None, path: str, key: str | None, full: str | None = None, value: Any = None
+) -> str | None:
     """The holder for a child: the parent's holder while it is a named chain, else unchanged; and
     a container kept by an object inside a container (`value`: a callback's list in a trainer's
     list of callbacks), named through it: ``self.callbacks[...].preds``."""
