@@ -451,3 +451,23 @@ def test_threads_started_each_step_that_still_run_are_named(how, location):
         for th in threading.enumerate():
             if isinstance(th, threading.Timer):
                 th.cancel()
+
+
+def test_tensors_kept_by_a_registry_in_c_get_a_fix_that_names_such_registries():
+    """`atexit.register(save, t)` every step: atexit keeps its callbacks in C, where no walk or gc
+    referrer reaches; the fix names such registries beside the reference cycles it mentioned."""
+    import atexit
+
+    def save_on_exit(t):
+        pass
+
+    model, opt = _model_and_optimizer()
+    try:
+        with memleak.track(model, optimizer=opt) as tracker:
+            for _ in range(40):
+                atexit.register(save_on_exit, _step(model, opt)[0].detach())
+    finally:
+        atexit.unregister(save_on_exit)
+    report = tracker.report()
+    assert report.verdict == "leak", str(report)
+    assert "atexit.register" in report.suspects[0].fix, str(report)

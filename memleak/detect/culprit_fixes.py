@@ -129,7 +129,9 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             "tensors created here stay alive although no variable, attribute or container memleak could "
             "reach holds them: typically a reference cycle through autograd (a custom autograd Function "
             "storing tensors on `ctx` or `self` instead of `ctx.save_for_backward`, a tensor hook or "
-            "closure capturing its own tensor). Break the cycle, or `.detach()` what is stored."
+            "closure capturing its own tensor), or a registry kept in C that Python code cannot list "
+            "(`atexit.register(fn, t)` or `signal.signal` called every step, a C extension's callbacks). "
+            "Break the cycle, `.detach()` what is stored, or register such a callback once, with no tensor."
         )
     # an attribute may be a metric's state, whose own reset() empties it (torchmetrics), or a plain list
     reset = " If it is a metric's state, its `reset()` after each `compute()` empties it." if "." in holder else ""
