@@ -471,3 +471,34 @@ def test_tensors_kept_by_a_registry_in_c_get_a_fix_that_names_such_registries():
     report = tracker.report()
     assert report.verdict == "leak", str(report)
     assert "atexit.register" in report.suspects[0].fix, str(report)
+
+
+class _TreeNode:
+    def __init__(self, value, parent=None):
+        self.value, self.parent, self.children = value, parent, []
+        if parent is not None:
+            parent.children.append(self)  # a back link: parent and child refer to each other
+
+
+def test_with_the_collector_off_unreachable_survivors_get_the_reference_cycle_fix():
+    """A small tree made every step with `gc.disable()` on: each tree is a reference cycle that only a
+    collection frees. The fix says so (break the cycle or collect), not how to bound a list."""
+    import gc
+
+    model, opt = _model_and_optimizer()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        with memleak.track(model, optimizer=opt) as tracker:
+            for _ in range(40):
+                out = _step(model, opt)[0].detach()
+                _TreeNode(out * 2, _TreeNode(out))
+    finally:
+        if was:
+            gc.enable()
+        gc.collect()
+    report = tracker.report()
+    assert report.verdict == "leak", str(report)
+    top = report.suspects[0]
+    assert "reference cycles" in top.fix and "gc.collect()" in top.fix and "deque" not in top.fix, str(report)
+    assert tracker.run().meta["gc_enabled"] is False

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from ..records import HoldersRecord
 from ..run import Run
-from ..schema import Finding
+from ..schema import Finding, Kind
 from .bounded import filling_bounded
 from .culprit_table import Entries, merge_siblings
 from .graphs import linked_counts
@@ -60,6 +60,8 @@ def detect(run: Run) -> list[Finding]:
     module_evidence(run.module_records, findings)
     object_findings(run, holders, hkinds, findings)  # Python data, once the tensors' causes are known
     _spare_bounded(holders, findings, run.capacity_bytes())
+    if run.meta.get("gc_enabled") is False:
+        _collector_off(findings, hkinds)
     merge_siblings(findings)
     _point_at_stores(holders, findings)
     return [_finding(loc, f) for loc, f in findings.items()]
@@ -76,6 +78,24 @@ def _holder_kinds(holders: Sequence[HoldersRecord]) -> dict[str, str]:
             else:
                 hkinds.setdefault(row.holder, row.kind)
     return hkinds
+
+
+def _collector_off(findings: Entries, hkinds: dict[str, str]) -> None:
+    """The program turned Python's cyclic collector off (``gc.disable()``): surviving tensors that no
+    root of the walk reaches (named by what refers to them, or where they were made) are most likely
+    in reference cycles, which only a collection frees; the fix says so."""
+    for loc, f in findings.items():
+        if f.get("leak") and f.get("kind") == Kind.SURVIVING_TENSORS and loc not in hkinds:
+            f["evidence"].append(
+                "the program runs with Python's cyclic garbage collector off (gc.disable()), and no variable, "
+                "attribute or container reaches these tensors: the mark of reference cycles only a collection frees"
+            )
+            f["fix"] = (
+                f"`{loc}` is most likely in reference cycles: with the collector off (`gc.disable()`), an object "
+                "in a cycle (a parent or back link, a callback that refers to its owner) is never freed. Break the "
+                "cycle (a `weakref` for the back link, or drop the link when done), or call `gc.collect()` every few "
+                "steps."
+            )
 
 
 def _point_at_stores(holders: Sequence[HoldersRecord], findings: Entries) -> None:

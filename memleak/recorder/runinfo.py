@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import socket
@@ -55,4 +56,6 @@ def base_meta(
         "budget_bytes": budget_bytes,
         "model": type(original_module(model)).__name__ if model is not None else None,
         "parameter_bytes": sum(local_nbytes(p) for p in model.parameters()) if model is not None else None,
+        # a program that turned the cyclic collector off keeps every reference cycle it makes (culprits.py)
+        "gc_enabled": gc.isenabled(),
     }
