@@ -103,7 +103,10 @@ def test_stores_are_looked_up_for_holders_that_grew_not_at_the_first_walk_nor_fo
 
 GROWN_SOURCE = textwrap.dedent('''
     import contextvars
+    import heapq
     import torch
+
+    hardest = []
 
     TRACE = contextvars.ContextVar("trace", default=None)
 
@@ -122,6 +125,9 @@ GROWN_SOURCE = textwrap.dedent('''
             lst = []
             TRACE.set(lst)
         lst.append(t)
+
+    def keep_hardest(loss, step):
+        heapq.heappush(hardest, (loss, step))
 ''')
 
 
@@ -132,7 +138,8 @@ def test_a_holder_grown_by_rebinding_it_or_through_an_alias_is_found_where_it_gr
     path.write_text(GROWN_SOURCE)
     lines = GROWN_SOURCE.splitlines()
     at = {needle: 1 + next(i for i, text in enumerate(lines) if needle in text)
-          for needle in ("torch.cat([self.embs", "0.9 * self.avg", "lst.append")}
+          for needle in ("torch.cat([self.embs", "0.9 * self.avg", "lst.append", "heappush")}
     assert store_line(str(path), 1, 100, "recall.embs") == at["torch.cat([self.embs"]
     assert store_line(str(path), 1, 100, "ema.avg") == at["0.9 * self.avg"]
     assert store_line(str(path), 1, 100, "TRACE") == at["lst.append"]
+    assert store_line(str(path), 1, 100, "hardest") == at["heappush"]  # a function that adds to its argument

@@ -68,9 +68,17 @@ def adds_to(node: ast.AST, leaf: str) -> bool:
     )
 
 
+#: Functions that put an element into the container given as their first argument.
+_ADDING_FUNCTIONS = frozenset({"heappush", "heappushpop", "heapreplace", "insort", "insort_left", "insort_right"})
+
+
 def _stores(node: ast.AST, leaf: str) -> bool:
     """Whether one statement or expression puts something into `leaf`."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+    if isinstance(node, ast.Call):  # `leaf.append(x)`, `heapq.heappush(leaf, x)`
+        fn = node.func
+        name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
+        if name in _ADDING_FUNCTIONS and node.args:
+            return ends_in(node.args[0], leaf)
         return adds_to(node, leaf)
     if isinstance(node, ast.AugAssign):
         return ends_in(node.target, leaf)
