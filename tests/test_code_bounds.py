@@ -42,6 +42,9 @@ SOURCE = textwrap.dedent('''
                 heapq.heappush(self.top, x)
             if len(self.seen) < 4:
                 print("few")
+            if len(self.before) > 5:
+                self.before.pop(0)
+            self.before.append(x)
 ''')
 
 
@@ -49,13 +52,14 @@ def test_the_bound_is_read_from_a_guarded_trim_a_kept_slice_or_a_deleted_head(tm
     path = tmp_path / "windows.py"
     path.write_text(SOURCE)
     region = [(str(path), 1, 100)]
-    assert code_bound("mon.recent", region) == 101  # one more, until the pop after the test
+    assert code_bound("mon.recent", region) == 100  # appended, then trimmed to 100: 100 at the step's end
+    assert code_bound("mon.before", region) == 6  # trimmed to 5, then appended: one more
     assert code_bound("at_most", region) == 30  # `N <= len(x)`, turned round
     assert code_bound("self.last", region) == 50  # a module constant
     assert code_bound("tail", region) == 20
     assert code_bound("said", region) is None  # the test guards no trim
     assert code_bound("by_attr", region) is None  # an attribute of an owner not given
-    assert code_bound("mon.by_attr", region, {"size": 7}) == 8  # the owner's int attribute
+    assert code_bound("mon.by_attr", region, {"size": 7}) == 7  # the owner's int attribute
     assert code_bound("mon.by_attr", region, {"size": "7"}) is None
     assert code_bound("queue", region, {"window": 5}) == 5
     assert code_bound("buffer.memory", region, {"size": 1000}) == 1000  # filled only while short of it

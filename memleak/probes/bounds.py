@@ -16,12 +16,10 @@ import ast
 import os
 from functools import lru_cache
 
-from .stores import Region, adds_to, ends_in, leaf_name, source_tree, spans
+from .stores import Region, adds, ends_in, leaf_name, source_tree, spans, stores
 
 #: Methods that take items out of a container (a trim, when the window's test guards them).
 _TAKERS = frozenset({"pop", "popleft", "popitem", "remove", "clear"})
-#: Functions that put an item into the container they are given first (heapq's, bisect's).
-_ADD_FUNCTIONS = frozenset({"heappush", "insort", "insort_left", "insort_right"})
 
 
 #: A bound as the source gives it: an int, or the name of an int attribute of the container's
@@ -61,8 +59,10 @@ def _bound(filename: str, mtime: float, first: int, last: int, leaf: str) -> Bou
             test = _len_test(node.test, leaf, consts)
             if test is not None:
                 n, slack, fills = test
-                guarded = _adds if fills else _trims
+                guarded = adds if fills else _trims
                 if any(guarded(s, leaf) for stmt in node.body for s in ast.walk(stmt)):
+                    if slack and not fills and _stored_before(tree, node.lineno, leaf):
+                        slack = 0  # `x.append(t)`, then `while len(x) > N: x.pop(0)`: N at the step's end
                     return n, slack
         kept = _kept_slice(node, leaf, consts)
         if kept is not None:
@@ -122,15 +122,15 @@ def _len_test(test: ast.AST, leaf: str, consts: dict[str, int]) -> tuple[int | s
     return n, int(isinstance(op, (ast.Gt, ast.LtE))), isinstance(op, (ast.Lt, ast.LtE))
 
 
-def _adds(node: ast.AST, leaf: str) -> bool:
-    """Whether an expression puts an item into `leaf` (``leaf.append(x)``, ``heapq.heappush(leaf, x)``)."""
-    if not isinstance(node, ast.Call):
-        return False
-    if adds_to(node, leaf):
-        return True
-    fn = node.func
-    name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
-    return name in _ADD_FUNCTIONS and bool(node.args) and ends_in(node.args[0], leaf)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.AsyncFor, ast.While)
+
+
+def _stored_before(tree: ast.Module, line: int, leaf: str) -> bool:
+    """Whether the innermost function or loop around `line` stores into `leaf` before it: the trim
+    on `line` then follows the store, and the container ends the step at its bound, not one over."""
+    around = [n for n in ast.walk(tree) if isinstance(n, _SCOPES) and n.lineno < line <= (n.end_lineno or 0)]
+    start = max((n.lineno for n in around), default=1)
+    return any(start <= getattr(n, "lineno", 0) < line and stores(n, leaf) for n in ast.walk(tree))
 
 
 def _trims(node: ast.AST, leaf: str) -> bool:

@@ -68,18 +68,25 @@ def adds_to(node: ast.AST, leaf: str) -> bool:
     )
 
 
-#: Functions that put an element into the container given as their first argument.
+#: Functions that put an element into the container given as their first argument (heapq's, bisect's).
 _ADDING_FUNCTIONS = frozenset({"heappush", "heappushpop", "heapreplace", "insort", "insort_left", "insort_right"})
 
 
-def _stores(node: ast.AST, leaf: str) -> bool:
+def adds(node: ast.AST, leaf: str) -> bool:
+    """Whether an expression puts an item into `leaf`: ``leaf.append(x)``, ``heapq.heappush(leaf, x)``."""
+    if not isinstance(node, ast.Call):
+        return False
+    fn = node.func
+    name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
+    if name in _ADDING_FUNCTIONS and node.args:
+        return ends_in(node.args[0], leaf)
+    return adds_to(node, leaf)
+
+
+def stores(node: ast.AST, leaf: str) -> bool:
     """Whether one statement or expression puts something into `leaf`."""
-    if isinstance(node, ast.Call):  # `leaf.append(x)`, `heapq.heappush(leaf, x)`
-        fn = node.func
-        name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
-        if name in _ADDING_FUNCTIONS and node.args:
-            return ends_in(node.args[0], leaf)
-        return adds_to(node, leaf)
+    if isinstance(node, ast.Call):
+        return adds(node, leaf)
     if isinstance(node, ast.AugAssign):
         return ends_in(node.target, leaf)
     if isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -119,7 +126,7 @@ def _store_line(filename: str, mtime: float, first: int, last: int, leaf: str) -
     adds: list[int] = []
     binds: list[int] = []
     for node in nodes:
-        if _stores(node, leaf):
+        if stores(node, leaf):
             rebinds = isinstance(node, (ast.Assign, ast.AnnAssign)) and not any(
                 isinstance(t, ast.Subscript) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
             )
