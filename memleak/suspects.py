@@ -130,7 +130,9 @@ def _bounded_growth(ranked: list[Suspect], findings: list[Finding]) -> list[Susp
         if s.leak and s.kind in SYMPTOMS and bps and bps >= EXPLAINED_SHARE * s.bytes_per_step:
             names = ", ".join(c.location for c in fill[:3])
             why = f"{names}, filling up to its bound, adds {fmt_bytes(bps)} of it per step: it stops there"
-            s = replace(s, leak=False, evidence=(*s.evidence, why))
+            # the generic advice (look for a running loss, a list without detach) would contradict it
+            fix = f"None needed if this growth stops where {names} fills up; watch it past that point."
+            s = replace(s, leak=False, evidence=(*s.evidence, why), fix=fix)
         out.append(s)
     return out
 
