@@ -141,6 +141,15 @@ def test_memory_released_after_growing_is_a_drop():
     assert any("released" in e for e in g.evidence)
 
 
+def test_a_buffer_flushed_twice_says_each_fall_not_that_memory_stayed_down():
+    t = np.arange(75)
+    y = GIB + 256 * 1024 * (t % 30).astype(float)  # 256 KiB a step, released at steps 30 and 60
+    g = analyze_growth(make_run(y))
+    assert not g.leak
+    assert any("fell back 2 times" in e and "step 30" in e and "step 60" in e for e in g.evidence), g.evidence
+    assert not any("stayed down" in e for e in g.evidence)
+
+
 def test_growth_that_resumes_after_a_release_is_a_leak():
     t = np.arange(200)
     y = GIB + 8 * MIB * np.where(t < 40, t, t - 40)

@@ -88,6 +88,9 @@ def classify(x: np.ndarray, y: np.ndarray, floor: float, min_rel: float) -> Verd
         f"memory fell by {fmt_bytes(y[j - 1] - y[j])} at step {x[j]:.0f} "
         f"(from {fmt_bytes(y[j - 1])} to {fmt_bytes(y[j])}) and stayed down: it was released"
     )
+    if len(releases) > 1:  # a buffer flushed now and then: each fall ends a rise, none is the last word
+        falls = ", ".join(f"{fmt_bytes(y[i - 1] - y[i])} at step {x[i]:.0f}" for i in releases[-3:])
+        note = f"memory fell back {len(releases)} times ({falls}): what it gained was released each time"
     # growth may have resumed after the release: judge it once it has lasted longer
     # than the rise before the release did (else it may be just another cycle)
     if len(y) - j >= MIN_POINTS and len(y) - j > j - (releases[-2] if len(releases) > 1 else 0):
