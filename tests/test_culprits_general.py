@@ -410,6 +410,41 @@ def test_a_class_level_list_of_a_class_imported_from_a_user_module_is_named(tmp_
         monkeypatch.delitem(__import__("sys").modules, "registry_mod")
 
 
+def test_a_global_of_another_user_module_is_named_after_it_with_its_storing_line_there(tmp_path, monkeypatch):
+    """A logging package vendored beside the script keeps a module-level dict of lists; the loop
+    calls its function. Named `fastlog._BUFFER['logits']` (not a bare `_BUFFER`), filled at the
+    package's own line; a registry object imported from utils.py is filled by its method there."""
+    import importlib
+
+    pkg = tmp_path / "fastlog"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("_BUFFER = {}\n\ndef log(name, t):\n    _BUFFER.setdefault(name, []).append(t)\n")
+    (tmp_path / "metrics_reg.py").write_text(
+        "class _Reg:\n    def __init__(self):\n        self.series = {}\n\n    def record(self, t):\n"
+        "        self.series.setdefault('x', []).append(t)\n\n\nregistry = _Reg()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fastlog = importlib.import_module("fastlog")
+    registry = importlib.import_module("metrics_reg").registry
+    model, opt = _model_and_optimizer()
+    try:
+        for keep, location, stored in [
+            (lambda t: fastlog.log("logits", t), "fastlog._BUFFER['logits']", "fastlog/__init__.py:4"),
+            (registry.record, "registry.series['x']", "metrics_reg.py:6"),
+        ]:
+            with memleak.track(model, optimizer=opt) as tracker:
+                for _ in range(40):
+                    keep(_step(model, opt)[0].detach())
+            top = tracker.report().suspects[0]
+            assert top.location == location, str(tracker.report())
+            assert top.fix.startswith(f"At {stored}:"), str(tracker.report())
+            fastlog._BUFFER.clear()
+            registry.series.clear()
+    finally:
+        monkeypatch.delitem(__import__("sys").modules, "fastlog")
+        monkeypatch.delitem(__import__("sys").modules, "metrics_reg")
+
+
 class _Uploader(__import__("threading").Thread):
     def __init__(self, t, release):
         super().__init__(daemon=True)

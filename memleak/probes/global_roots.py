@@ -32,9 +32,22 @@ def add_root(w: Walk, later: list, loops: frozenset[str], obj: Any, name: str, k
         w.add_root(obj, name, kind, note)
 
 
-def add_globals(w: Walk, g: dict, loops: frozenset[str], later: list) -> None:
+def add_all_globals(
+    w: Walk, globals_list: list[dict], frames: list, loops: dict[int, frozenset[str]], later: list
+) -> None:
+    """Each module's globals (`loops`: the loop variables of the module code running, by id of its
+    globals); another module's than the frames' own are named after it (`fastlog._BUFFER`), and its
+    file is searched for the lines that store into them."""
+    own = {id(f.f_globals) for f in frames}
+    for g in globals_list:
+        add_globals(w, g, loops.get(id(g), frozenset()), later, "" if id(g) in own else g.get("__name__", ""))
+    w.regions += [(g["__file__"], 1, 1 << 30) for g in globals_list if id(g) not in own and g.get("__file__")]
+
+
+def add_globals(w: Walk, g: dict, loops: frozenset[str], later: list, module: str = "") -> None:
     """A module's globals as roots: its variables (`loops`, the loop variables of its code that is
-    running, into `later`), the state of the functions and the class-level containers it defines."""
+    running, into `later`), the state of the functions and the class-level containers it defines.
+    `module`: the name its variables are named after (none for the running code's own module)."""
     modname = g.get("__name__", "")
     for k, v in list(g.items()):
         if isinstance(v, types.FunctionType) and v.__module__ == modname:
@@ -46,7 +59,7 @@ def add_globals(w: Walk, g: dict, loops: frozenset[str], later: list) -> None:
             if v.__module__ == modname:  # a class defined there: its class-level containers
                 add_class_containers(w, k, v)
             continue
-        add_root(w, later, loops, v, k, "global")
+        add_root(w, later, loops, v, f"{module}.{k}" if module else k, "global")
 
 
 def add_function_state(w: Walk, name: str, fn: types.FunctionType) -> None:
@@ -90,8 +103,11 @@ def user_globals(frames: list, classes: list[type]) -> list[dict]:
 
 
 def user_globals_of(v: Any) -> dict | None:
-    """The globals of a user module (utils, engine), or of the module of a user function or class
-    that a frame names (a class imported from registry.py keeps its class-level lists there)."""
+    """The globals of a user module (utils, engine), or of the module of a user function, class or
+    object that a frame names (a class imported from registry.py keeps its class-level lists there;
+    the methods that fill an object's lists are in its class's file)."""
+    if not isinstance(v, (type, types.ModuleType, types.FunctionType, types.MethodType)):
+        v = type(v)  # an object of a user class (a registry imported from utils.py): its module's
     if isinstance(v, type):
         v = sys.modules.get(v.__module__)
     if isinstance(v, types.ModuleType):

@@ -39,7 +39,7 @@ from .frames import (
     running_frames,
     thread_user_frames,
 )
-from .global_roots import add_class_containers, add_globals, add_root, user_globals
+from .global_roots import add_all_globals, add_class_containers, add_root, user_globals
 from .graphs import Roots
 from .holder_stats import HolderStats
 from .identity import Ages, Modules, model_modules, module_names
@@ -99,8 +99,7 @@ def walk_roots(
     if model is not None:
         w.visited.discard(id(model))
         w.push(model, "", None, "module_attr")
-    for g in globals_list:
-        add_globals(w, g, module_loops.get(id(g), frozenset()), later)
+    add_all_globals(w, globals_list, frames, module_loops, later)
     for cls in library_classes(classes):
         add_class_containers(w, cls.__name__, cls)
     if optimizer is not None:  # its extra attributes, when no variable reached it

@@ -43,7 +43,9 @@ def ends_in(node: ast.AST, leaf: str) -> bool:
 
 
 def _is_get(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+    """`x.get(...)` or `x.setdefault(k, [])`: an item of `x`, as `x[k]` is."""
+    fn = node.func if isinstance(node, ast.Call) else None
+    return isinstance(fn, ast.Attribute) and fn.attr in ("get", "setdefault")
 
 
 def _is_empty(value: ast.AST | None) -> bool:
@@ -208,5 +210,8 @@ def find_store(holder: str, regions: list[Region]) -> str | None:
     for filename, first, last in spans(regions):
         line = store_line(filename, first, last, holder)
         if line is not None:
-            return f"{os.path.basename(filename)}:{line}"
+            name = os.path.basename(filename)
+            if name == "__init__.py":  # which package's
+                name = os.path.join(os.path.basename(os.path.dirname(filename)), name)
+            return f"{name}:{line}"
     return None
