@@ -209,6 +209,18 @@ def remember_on_the_function(model, opt, n):
         keep(_step(model, opt)[0].detach())
 
 
+class _Scratch:
+    def keep(self, t, _seen=[]):  # noqa: B006 - a mutable default on a method: the case under test
+        _seen.append(t)
+
+
+def mutable_default_on_a_method(model, opt, n):
+    _Scratch.keep.__defaults__[0].clear()
+    scratch = _Scratch()
+    for _ in range(n):
+        scratch.keep(_step(model, opt)[0].detach())
+
+
 class _PredictionWriter:
     def __init__(self):
         self.preds = []
@@ -306,6 +318,7 @@ def saved_in_memory(model, opt, n):
     (storages_kept, "pages"), (typed_storages_kept, "pages"), (context_var_value, "SEEN_OUTPUTS"),
     (queue_nobody_reads, "q"), (remember_on_the_function, "keep.seen"),
     (remember_on_a_module_function, "_keep_last.by_step"), (callback_in_a_list, "callbacks[...].preds"),
+    (mutable_default_on_a_method, "_Scratch.keep._seen"),
     (chained_iterators, "pending"),
     (chain_map_children, "scopes.maps"), (bytes_gathered, "raw"), (bytes_written, "sink"),
 ])

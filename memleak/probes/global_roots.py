@@ -63,9 +63,7 @@ def add_globals(w: Walk, g: dict, loops: frozenset[str], later: list, module: st
 
 
 def add_function_state(w: Walk, name: str, fn: types.FunctionType) -> None:
-    for arg, default in default_items(fn):  # a mutable default lives as long as the function
-        if isinstance(default, (torch.Tensor, list, dict, collections.deque, set)):
-            w.add_root(default, f"{name}.{arg}", "default_arg")
+    _add_mutable_defaults(w, name, fn)
     for var, value in closure_items(fn):  # a decorator's state lives in its wrapper's cells
         w.push(value, var, reach.closure_holder(fn, var), "closure", 1.0, reach.closure_note(fn, var, name))
     for k, v in list(vars(fn).items()):  # what code hung on it (`train_step.last = {}`), not `__wrapped__`
@@ -73,10 +71,18 @@ def add_function_state(w: Walk, name: str, fn: types.FunctionType) -> None:
             w.add_root(v, f"{name}.{k}", "global")
 
 
+def _add_mutable_defaults(w: Walk, name: str, fn: types.FunctionType) -> None:
+    for arg, default in default_items(fn):  # a mutable default lives as long as the function
+        if isinstance(default, (torch.Tensor, list, dict, collections.deque, set)):
+            w.add_root(default, f"{name}.{arg}", "default_arg")
+
+
 def add_class_containers(w: Walk, name: str, cls: type) -> None:
     for ck, cv in list(vars(cls).items()):
         if isinstance(cv, LRU_CACHES):  # a method (even __getitem__) cached with functools.lru_cache
             w.add_root(cv, f"{name}.{ck}", "lru_cache")
+        elif isinstance(fn := getattr(cv, "__func__", cv), types.FunctionType):  # `def forward(self, x, seen=[])`
+            _add_mutable_defaults(w, f"{name}.{ck}", fn)
         elif not ck.startswith("__") and isinstance(cv, (torch.Tensor, list, dict, collections.deque, set, tuple)):
             w.add_root(cv, f"{name}.{ck}", "class_attr")
 
