@@ -370,6 +370,8 @@ def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
     (optimizer_per_step, "keeps optimizers besides the tracked one"),
     # a list the loop hangs on a parameter: no module caches it in forward
     (list_on_a_parameter, "`0.weight.seen` keeps gaining tensors"),
+    # one tensor concatenated onto itself: not a list to bound or to fill with numbers
+    (growing_cat, "`all_preds` is one tensor replaced every step by a larger one"),
 ])
 def test_chains_kept_optimizers_and_unread_queues_are_told_how_to_cut_them(loop, says):
     model, opt = _model_and_optimizer()

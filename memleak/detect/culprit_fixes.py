@@ -98,6 +98,19 @@ def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None) ->
     )
 
 
+def grown_tensor_fix(holder: str, has_grad: bool) -> str:
+    """A holder of one tensor replaced every step by a larger one (`torch.cat` onto itself): it is
+    not a list to bound or to fill with numbers."""
+    leaf = holder.split(".")[-1]
+    grad = " Detach what you add (`x.detach()`): each concatenation otherwise keeps its graph." if has_grad else ""
+    return (
+        f"`{holder}` is one tensor replaced every step by a larger one (`{leaf} = torch.cat([{leaf}, x])`), so "
+        f"it holds everything ever added to it. Preallocate it at a fixed size and write each step's rows in "
+        f"place at a moving index (a fixed-length queue), or keep only the last N rows "
+        f"(`{leaf} = torch.cat([{leaf}, x])[-N:].clone()`).{grad}"
+    )
+
+
 def _container_fix(holder: str, hkind: str, grad: str) -> str:
     """A holder that keeps gaining tensors (every step or every few): what to keep instead, or how
     to bound or clear it, said the way its kind of holder (closure, optimizer, default argument, ...) is changed."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..records import HolderRow, HoldersRecord
 from ..schema import Kind
 from ..units import fmt_bytes
-from .culprit_fixes import NODES_LOWER_BOUND, culprit_fix
+from .culprit_fixes import NODES_LOWER_BOUND, culprit_fix, grown_tensor_fix
 from .culprit_table import Entries, entry
 from .keyed_holders import fold_keyed
 from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, keeps_new_highs, sustained_rise
@@ -202,6 +202,8 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
     f["evidence"].extend(_graph_evidence(name, h, chained, has_grad))
     f["evidence"].extend(_row_notes(h.last))
     f["fix"] = _bounded_fix(name, h.last) if h.last.capacity and not (chained or has_grad) else f["fix"]
+    if f["data"]["bytes_only"] and not chained and h.last.count <= 2:
+        f["fix"] = grown_tensor_fix(name, has_grad)
     if _mostly_views(h.last) and hkind != "hook":  # a hook object's tensors are not the user's to copy
         f["fix"] += (
             " Its tensors are small views (`t[0]`, `t[:, i]`, `t.view(...)`) that each keep their whole base "
