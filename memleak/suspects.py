@@ -97,6 +97,8 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
                         f"only {_share(explained_bps, s.bytes_per_step)} of this "
                         f"growth is explained by {names}: look for a second cause",
                     ),
+                    # its fix said no holder grows without bound: these do, and there may be another
+                    fix=s.fix.replace("found no holder that grows", f"found no holder besides {names} that grows"),
                 )
             )
     if folded:

@@ -172,7 +172,8 @@ def _rise_not_leak(x, y, t: Trend, grow: float, score: float) -> Verdict:
             score,
             ("memory grows, but not steadily enough across the two halves to confirm a leak yet",),
         )
-    return Verdict(Shape.BOUNDED, False, 0, t, score, ("memory creeps up, too little to count as growth",))
+    creeps = "memory creeps up, too little for this series alone to count as growth"
+    return Verdict(Shape.BOUNDED, False, 0, t, score, (creeps,))
 
 
 def _drops(y: np.ndarray, floor: float) -> tuple[list[int], float]:
