@@ -372,6 +372,8 @@ def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
     (list_on_a_parameter, "`0.weight.seen` keeps gaining tensors"),
     # one tensor concatenated onto itself: not a list to bound or to fill with numbers
     (growing_cat, "`all_preds` is one tensor replaced every step by a larger one"),
+    # grad_fns kept without their tensors: no numpy arrays (it once said so), no tensors to detach
+    (grad_fns_kept, "`fns` keeps autograd graph objects"),
 ])
 def test_chains_kept_optimizers_and_unread_queues_are_told_how_to_cut_them(loop, says):
     model, opt = _model_and_optimizer()

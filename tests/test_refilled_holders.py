@@ -76,6 +76,24 @@ def test_entries_of_a_dict_that_gains_keys_grow_as_the_dict():
     assert "stats" not in by
 
 
+def test_a_dict_of_records_that_gains_a_record_a_step_grows_as_the_dict():
+    """`results[f"batch_{i}"] = {"logits": ..., "target": ...}`: the walk names each record's fields
+    (`results['batch_3']['logits']`); the records multiply, so they fold into `results`, which grows
+    in tensors (not only in graph nodes, which would read as a chain)."""
+    steps = [1, 3, 5, 7, 9, 11]
+    by = {
+        f"results['batch_{k}']['{f}']": [HolderRow(holder="x", count=1, bytes=KIB) if k < 2 * (i + 1) else None
+                                         for i in range(6)]
+        for k in range(12) for f in ("logits", "target")
+    }
+    fold_keyed(steps, by)
+    assert [r.count for r in by["results"]] == [4, 8, 12, 16, 20, 24]
+    # a dict of fixed records (train and val metrics, each with fixed fields) does not multiply
+    fixed = {f"metrics['{s}']['{f}']": [HolderRow(holder="x", count=1)] * 6 for s in ("train", "val") for f in ("a", "b")}
+    fold_keyed(steps, fixed)
+    assert "metrics" not in fixed
+
+
 def test_a_dict_whose_keys_rotate_within_a_bound_is_no_leak():
     # an LRU of four sessions: four keys at every sample, the oldest evicted as a new one comes
     steps = [1, 3, 5, 7, 9, 11]

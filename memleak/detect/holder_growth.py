@@ -201,14 +201,28 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             f["evidence"].append(f"its graph includes the chain carried from step to step by {others}")
     f["evidence"].extend(_graph_evidence(name, h, chained, has_grad))
     f["evidence"].extend(_row_notes(h.last))
-    f["fix"] = _bounded_fix(name, h.last) if h.last.capacity and not (chained or has_grad) else f["fix"]
-    if f["data"]["bytes_only"] and not chained and h.last.count <= 2:
-        f["fix"] = grown_tensor_fix(name, has_grad)
+    f["fix"] = _shaped_fix(name, h, hkind, chained, has_grad, f["data"]["bytes_only"]) or f["fix"]
     if _mostly_views(h.last) and hkind != "hook":  # a hook object's tensors are not the user's to copy
         f["fix"] += (
             " Its tensors are small views (`t[0]`, `t[:, i]`, `t.view(...)`) that each keep their whole base "
             "tensor alive: store a copy of the part you need (`t[0].clone()`, or `.detach().clone()`)."
         )
+
+
+def _shaped_fix(name: str, h: _HolderSeries, hkind: str, chained: bool, has_grad: bool, bytes_only: bool) -> str:
+    """The fix the holder's shape calls for, where its kind's does not fit ('' to keep that one): a
+    bounded container, one tensor grown by concatenation, graph objects kept without tensors."""
+    if h.last.capacity and not (chained or has_grad):
+        return _bounded_fix(name, h.last)
+    if bytes_only and not chained and h.last.count <= 2:
+        return grown_tensor_fix(name, has_grad)
+    if _bare_graphs(h):  # grad_fns or autograd ctx objects, kept without their tensors
+        return (
+            f"`{name}` keeps autograd graph objects (a `grad_fn`, a custom Function's `ctx`) without their "
+            f"tensors, and each keeps its graph and what it saved for backward: keep what you need from them "
+            f"(a number, a shape) instead of the object, or clear it regularly."
+        )
+    return ""
 
 
 def _bounded_fix(name: str, last: HolderRow) -> str:
@@ -224,6 +238,8 @@ def _bounded_fix(name: str, last: HolderRow) -> str:
 def _arrays(last: HolderRow) -> str:
     """`own` when most of what the holder keeps are numpy arrays with their own memory, `shared`
     when most are tensors reached through arrays that share their memory, else an empty string."""
+    if last.count <= 0:  # graphs kept without a tensor (autograd ctx objects): no arrays either
+        return ""
     if last.np_arrays >= 0.5 * last.count:
         return "own"
     return "shared" if last.arrays >= 0.5 * last.count else ""

@@ -17,24 +17,26 @@ from collections import defaultdict
 from ..records import HolderRow
 from .sampled_trend import MIN_COUNT_RISE, sustained_rise
 
-#: `parent['key']` (or "key"): a dict entry the walk named by its string key.
-_KEYED = re.compile(r"^(?P<parent>.+)\[(?P<key>'[^']*'|\"[^\"]*\")\]$")
+#: `parent['key']` (or "key"): a dict entry the walk named by its string key, or something inside
+#: one (`results['batch_3']['logits']`: a dict of records gains a record a step).
+_KEYED = re.compile(r"^(?P<parent>(?:[^\[]|\[\.\.\.\])+?)\[(?P<key>'[^']*'|\"[^\"]*\")\]")
 
 
 def fold_keyed(steps: list[int], by: dict[str, list[HolderRow | None]]) -> None:
     """Add to `by` (holder -> its row per sample) a series for each dict whose string-keyed entries
     multiply over the samples (new keys keep coming, MIN_COUNT_RISE more at least): its entries'
     rows summed per sample, with the dict's own row where the walk named it as a whole."""
-    entries: dict[str, list[str]] = defaultdict(list)
+    entries: dict[str, dict[str, str]] = defaultdict(dict)  # parent -> entry's holder -> its key
     for name in by:
         m = _KEYED.match(name)
         if m is not None:
-            entries[m.group("parent")].append(name)
-    for parent, names in entries.items():
+            entries[m.group("parent")][name] = m.group("key")
+    for parent, keyed in entries.items():
+        names = list(keyed)
         own = by.get(parent) or [None] * len(steps)
         keys: list[float] = []
         for i in range(len(steps)):
-            n = sum(1 for name in names if by[name][i] is not None)
+            n = len({keyed[name] for name in names if by[name][i] is not None})
             # named whole: it outgrew the dicts the walk names key by key, more keys than any before
             keys.append(float(n) if n or own[i] is None else max(keys, default=0.0) + 1)
         if sustained_rise(steps, keys, MIN_COUNT_RISE) is None:
