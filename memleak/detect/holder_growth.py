@@ -260,7 +260,7 @@ def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> lis
     size = fmt_bytes(nbytes[-1])
     if h.count_trend:
         return [
-            f"{what} holds {_count_words(count[-1], noun)} of {size} at step {steps[-1]}, "
+            f"{what} holds {_count_words(count[-1], noun)} ({size} in all) at step {steps[-1]}, "
             f"up from {int(round(count[0]))} at step {steps[0]} ({_per_step(h.count_trend['slope'])}, "
             f"{fmt_bytes(bps)} per step); {int(round(h.old[-1]))} of them are two or more steps old"
         ]

@@ -217,7 +217,7 @@ def _survivor_evidence(b: _Births, g: _Group, cyclic: Collected, bps: float) -> 
         lines.append(
             f"tensors created at {g.site} on {len(g.alive)} of the last {len(b.eligible)} sampled steps "
             f"are still alive at step {step} (the oldest from step {g.alive[0]}, {step - g.alive[0]} steps ago): "
-            f"about {np.median(counts):.0f} tensor(s) of {fmt_bytes(bps)} from each step, {held}"
+            f"about {np.median(counts):.0f} tensor(s), {fmt_bytes(bps)} in all, from each step, {held}"
         )
     if g.key in cyclic:
         n_before, at, times = cyclic[g.key]
