@@ -554,3 +554,17 @@ def test_with_the_collector_off_unreachable_survivors_get_the_reference_cycle_fi
     top = report.suspects[0]
     assert "reference cycles" in top.fix and "gc.collect()" in top.fix and "deque" not in top.fix, str(report)
     assert tracker.run().meta["gc_enabled"] is False
+
+
+def test_a_chained_module_attribute_s_fix_shows_code_that_runs():
+    """`1.running_mean` (a Sequential child's attribute) is no Python expression: the fix's example
+    names it as the module's code does, `self.running_mean = self.running_mean.detach()`."""
+    from memleak.detect.culprit_fixes import culprit_fix
+    from memleak.schema import Kind
+
+    fix = culprit_fix(Kind.RETAINED_GRAPH, "1.running_mean", "module_attr", chained=True, has_grad=True,
+                      saved_growing=False, same_object=False)
+    assert "`self.running_mean = self.running_mean.detach()`" in fix and "`1.running_mean =" not in fix, fix
+    fix = culprit_fix(Kind.RETAINED_GRAPH, "stats['loss']", "global", chained=True, has_grad=True,
+                      saved_growing=False, same_object=True)
+    assert "`stats['loss'] += loss.item()`" in fix, fix

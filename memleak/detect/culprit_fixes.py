@@ -3,6 +3,8 @@ its holder (a variable, a module attribute, a closure, a ctx, ...) keeps the ten
 
 from __future__ import annotations
 
+import re
+
 from ..holder_names import is_family
 from ..schema import Kind
 
@@ -66,27 +68,38 @@ def culprit_fix(
     return _container_fix(holder, hkind, grad)
 
 
+def _code_name(holder: str) -> str:
+    """The holder as code can name it in a fix's example: a module path (`1.running_mean`, a
+    Sequential's child) or a path through an index is no Python expression, `self.running_mean` is."""
+    name = holder.split(" (", 1)[0]
+    if re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*|\['[^']*'\])*", name):  # `total`, `stats['loss']`
+        return name
+    leaf = re.sub(r"\[[^\]]*\]", "", name).split(".")[-1]
+    return f"self.{leaf}" if "." in name else leaf
+
+
 def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None) -> str:
     """Chained graphs (each step's built on the last) are cut with `.detach()`; graphs merely
     kept alongside their tensors are not built at all (no_grad) or dropped (`.detach()`)."""
+    code = _code_name(holder)
     if chained and same_object:
         return (
-            f"`{holder}` is updated in place with every step's result (like `{holder} += loss`), which chains "
+            f"`{holder}` is updated in place with every step's result (like `{code} += loss`), which chains "
             f"each step's autograd graph to the previous one, so none is ever freed: accumulate a Python "
-            f"number (`{holder} += loss.item()`) or a detached tensor (`{holder} += loss.detach()`)."
+            f"number (`{code} += loss.item()`) or a detached tensor (`{code} += loss.detach()`)."
         )
     if chained and same_object is False:
         return (
             f"`{holder}` is recomputed every step from its previous value without `.detach()`, which chains "
             f"each step's autograd graph to the previous one, so none is ever freed: carry a detached value "
-            f"into the next step (`{holder} = {holder}.detach()`, for an RNN hidden state `h = h.detach()` "
+            f"into the next step (`{code} = {code}.detach()`, for an RNN hidden state `h = h.detach()` "
             f"after each backward; a running statistic under `torch.no_grad()`), and call `backward()` "
             f"without `retain_graph=True`."
         )
     if chained:
         return (
             f"`{holder}` links each step's autograd graph to the previous one, so no graph is ever freed. "
-            f"Accumulate a Python number instead (`{holder} += loss.item()`), or cut the link with "
+            f"Accumulate a Python number instead (`{code} += loss.item()`), or cut the link with "
             f"`.detach()` where the tensor is carried into the next step (an RNN hidden state: "
             f"`h = h.detach()` each step); then `backward()` needs no `retain_graph=True`."
         )
