@@ -233,3 +233,32 @@ def test_a_report_that_cannot_be_written_is_still_shown(tmp_path, monkeypatch):
     assert len(lines) == 1 and "the report could not be written into" in lines[0], result.stderr
     assert "No space left on device" in lines[0]
 
+
+
+def test_an_inference_loop_that_carries_its_graph_is_told_to_use_no_grad(tmp_path):
+    """No optimizer step, no backward: iterations end at each call of the model, and a state carried
+    from call to call without no_grad chains the graphs; the fix is no_grad, not detach after backward."""
+    script = write(tmp_path, textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Streamer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(64, 64)
+                self.prev = torch.zeros(8, 64)
+
+            def forward(self, x):
+                self.prev = torch.tanh(self.fc(x) + self.prev)  # carried without no_grad
+                return self.prev
+
+        model = Streamer()
+        for _ in range(40):
+            model(torch.randn(8, 64))
+    """))
+    result = memleak_in_process("run", "--out", tmp_path / "out", script)
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())  # the report wraps its lines
+    fix = text.split("fix: ", 1)[1]
+    assert "no optimizer step nor backward pass" in text
+    assert "never runs backward" in fix and "torch.no_grad()" in fix and "after each backward" not in fix, text

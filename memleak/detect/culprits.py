@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from ..records import HoldersRecord
 from ..run import Run
-from ..schema import Finding, Kind
+from ..schema import Boundary, Finding, Kind
 from .bounded import filling_bounded
 from .culprit_table import Entries, merge_siblings
 from .graphs import linked_counts
@@ -62,6 +62,8 @@ def detect(run: Run) -> list[Finding]:
     _spare_bounded(holders, findings, run.capacity_bytes())
     if run.meta.get("gc_enabled") is False:
         _collector_off(findings, hkinds)
+    if _forward_only(run):
+        _no_backward(findings)
     merge_siblings(findings)
     _point_at_stores(holders, findings)
     return [_finding(loc, f) for loc, f in findings.items()]
@@ -78,6 +80,24 @@ def _holder_kinds(holders: Sequence[HoldersRecord]) -> dict[str, str]:
             else:
                 hkinds.setdefault(row.holder, row.kind)
     return hkinds
+
+
+def _forward_only(run: Run) -> bool:
+    """Whether the run's iterations ended at calls of the model: no optimizer step and no backward
+    pass was ever seen (inference, an evaluation loop)."""
+    kinds = [e.get("kind") for e in run.events if e.get("event") == "boundary"]
+    return bool(kinds) and kinds[-1] == Boundary.FORWARD.value
+
+
+def _no_backward(findings: Entries) -> None:
+    """A loop that never runs backward keeps graphs only because it builds them: no_grad is the fix."""
+    for loc, f in findings.items():
+        if f.get("leak") and f.get("kind") == Kind.RETAINED_GRAPH:
+            f["fix"] = (
+                f"`{loc}` keeps tensors with their autograd graphs in a loop that never runs backward "
+                "(inference or evaluation): run it under `torch.no_grad()` or `torch.inference_mode()`, "
+                "which builds no graph at all, or keep `.detach()`ed copies."
+            )
 
 
 def _collector_off(findings: Entries, hkinds: dict[str, str]) -> None:
