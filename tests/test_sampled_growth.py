@@ -196,3 +196,14 @@ def test_a_flat_stretch_shorter_than_two_treads_is_the_next_tread_not_a_plateau(
     steps_long = steps + list(range(41, 110, 2))
     flat = nbytes + [nbytes[-1]] * (len(steps_long) - len(steps))
     assert plateaued(steps_long, flat, 1024)
+
+
+def test_a_holder_that_starts_filling_late_is_given_its_rate_since_then():
+    """Empty at the young walks and the early checks, then 32 KiB a step from step 260: its rate is
+    the rise since it began, not diluted over the flat samples before (which made a second cause
+    look needed for the memory's growth)."""
+    steps = [1, 3, 7, 15, 31, 63, 127, 255, 300, 320, 340, 360]
+    held = [0, 0, 0, 0, 0, 0, 0, 0, 40 * 32, 60 * 32, 80 * 32, 100 * 32]
+    assert sustained_rise(steps, held, 2)["slope"] == 32.0
+    steady = [3 * s for s in steps]  # a holder rising from the start keeps its rate over every sample
+    assert sustained_rise(steps, steady, 2)["slope"] == 3.0

@@ -68,7 +68,10 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
         return None
     if plateaued(x, v, min_rise) or decelerated(x, v, min_rise):
         return None
-    slope = _theil(x, v)
+    # the rate since it started rising: a holder that filled only from a late step on (a leak
+    # that began at step 200) would have its rate diluted by the flat samples before
+    k = int(np.flatnonzero(v <= v[0])[-1])
+    slope = _theil(x[k:], v[k:]) if n - k >= 2 else _theil(x, v)
     mono = max(pos / (n - 1), 0.5 if stairs else 0.0)
     conf = 0.5 + 0.45 * min(1.0, mono * min(1.0, (n - 1) / 5))
     return {
