@@ -300,3 +300,16 @@ def test_the_screen_s_plain_python_precheck_never_drops_a_series_the_full_test_p
             elif not escalation.may_rise(list(y), min_rel):
                 failed += 1
     assert passed > 500 and failed > 500, (passed, failed)  # both sides were tried
+
+
+def test_one_slow_screen_does_not_put_the_next_one_past_the_run(monkeypatch):
+    """The first screen that computes a tau imports numpy (about a second, once): at 0.6 ms a step
+    that alone would push the next screen hundreds of thousands of steps on, and a leak starting
+    after it would open no window. The next screen comes within SCREEN_ROWS steps."""
+    import time as _time
+
+    auto = AutoLevel()
+    auto.plain = 0.0006
+    monkeypatch.setattr(escalation, "screen", lambda series, since=0: _time.sleep(0.2) or False)
+    assert auto._screen(300, {}) is False
+    assert 300 < auto.next_screen <= 300 + escalation.SCREEN_ROWS

@@ -323,7 +323,11 @@ class AutoLevel:
         cost = time.perf_counter() - t0
         self.screen_seconds += cost
         plain = max(self.plain or 0.0, 1e-6)
-        self.next_screen = step + max(SCREEN_EVERY, math.ceil(cost / (SCREEN_BUDGET * plain)))
+        # at most SCREEN_ROWS steps on: the first screen that computes a tau imports numpy (a second,
+        # once), which would otherwise put the next screen past the run's end, and a leak that starts
+        # after it would open no window
+        gap = max(SCREEN_EVERY, math.ceil(cost / (SCREEN_BUDGET * plain)))
+        self.next_screen = step + min(gap, SCREEN_ROWS)
         return seen
 
     def _open(self, step: int, why: DetailReason) -> tuple[bool, DetailReason]:
