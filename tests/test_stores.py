@@ -128,6 +128,13 @@ GROWN_SOURCE = textwrap.dedent('''
 
     def keep_hardest(loss, step):
         heapq.heappush(hardest, (loss, step))
+
+    class Bank:
+        def __init__(self):
+            self.register_buffer("mem", torch.zeros(0, 8))
+
+        def add(self, x):
+            self.register_buffer("mem", torch.cat([self.mem, x]))
 ''')
 
 
@@ -138,8 +145,9 @@ def test_a_holder_grown_by_rebinding_it_or_through_an_alias_is_found_where_it_gr
     path.write_text(GROWN_SOURCE)
     lines = GROWN_SOURCE.splitlines()
     at = {needle: 1 + next(i for i, text in enumerate(lines) if needle in text)
-          for needle in ("torch.cat([self.embs", "0.9 * self.avg", "lst.append", "heappush")}
+          for needle in ("torch.cat([self.embs", "0.9 * self.avg", "lst.append", "heappush", "torch.cat([self.mem")}
     assert store_line(str(path), 1, 100, "recall.embs") == at["torch.cat([self.embs"]
     assert store_line(str(path), 1, 100, "ema.avg") == at["0.9 * self.avg"]
     assert store_line(str(path), 1, 100, "TRACE") == at["lst.append"]
     assert store_line(str(path), 1, 100, "hardest") == at["heappush"]  # a function that adds to its argument
+    assert store_line(str(path), 1, 100, "bank.mem") == at["torch.cat([self.mem"]  # a buffer registered again

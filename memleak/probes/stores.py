@@ -85,10 +85,26 @@ def adds(node: ast.AST, leaf: str) -> bool:
     return adds_to(node, leaf)
 
 
+#: Calls that bind the attribute named by a string argument: `self.register_buffer("mem", t)`,
+#: `setattr(self, "mem", t)` (the name's position among the arguments).
+_NAMING_CALLS = {"register_buffer": 0, "register_parameter": 0, "setattr": 1}
+
+
+def _named_value(node: ast.Call, leaf: str) -> ast.AST | None:
+    """The value a naming call (`register_buffer("leaf", value)`, `setattr(obj, "leaf", value)`) binds to `leaf`."""
+    fn = node.func
+    at = _NAMING_CALLS.get(fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else "")
+    if at is None or len(node.args) <= at + 1:
+        return None
+    name = node.args[at]
+    return node.args[at + 1] if isinstance(name, ast.Constant) and name.value == leaf else None
+
+
 def stores(node: ast.AST, leaf: str) -> bool:
     """Whether one statement or expression puts something into `leaf`."""
     if isinstance(node, ast.Call):
-        return adds(node, leaf)
+        named = _named_value(node, leaf)
+        return not _is_empty(named) if named is not None else adds(node, leaf)
     if isinstance(node, ast.AugAssign):
         return ends_in(node.target, leaf)
     if isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -129,11 +145,17 @@ def _store_line(filename: str, mtime: float, first: int, last: int, leaf: str) -
     binds: list[int] = []
     for node in nodes:
         if stores(node, leaf):
-            rebinds = isinstance(node, (ast.Assign, ast.AnnAssign)) and not any(
-                isinstance(t, ast.Subscript) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            named = _named_value(node, leaf) if isinstance(node, ast.Call) else None
+            rebinds = named is not None or (
+                isinstance(node, (ast.Assign, ast.AnnAssign))
+                and not any(
+                    isinstance(t, ast.Subscript)
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                )
             )
+            value = named if named is not None else getattr(node, "value", None)
             # a rebind computed from the holder itself grows it (`self.embs = torch.cat([self.embs, x])`)
-            (binds if rebinds and not _reads(node.value, leaf) else adds).append(node.lineno)  # type: ignore[attr-defined]
+            (binds if rebinds and not _reads(value, leaf) else adds).append(node.lineno)  # type: ignore[attr-defined]
         elif isinstance(node, ast.Call) and any(adds_to(node, a) for a in aliases):
             adds.append(node.lineno)
     found = sorted(adds) or sorted(binds)
