@@ -1,5 +1,6 @@
 """Holder names that differ only in their numbers: one family, made one per step
-(``heads.task7.weight`` is of ``heads.task*.weight``). Torch-free: the report draws a family once.
+(``heads.task7.weight`` is of ``heads.task*.weight``); and the name a person typed last in a
+holder's path (`leaf_name`). Torch-free: the report draws a family once, a fix names the leaf.
 """
 
 from __future__ import annotations
@@ -25,3 +26,12 @@ def family_name(holder: str) -> str | None:
 def is_family(holder: str) -> bool:
     """Whether `holder` names a family (`family_name`'s ``*``), not one holder."""
     return "*" in holder
+
+
+def leaf_name(holder: str) -> str:
+    """The last name of a holder path as a person wrote it: `metric.values` -> `values`,
+    `logger.history['loss']` -> `history`, `blocks.1.attn.cache` -> `cache`,
+    `self.callbacks[...].preds` -> `preds`."""
+    name = re.sub(r"\[[^\]]*\]", "", holder.split(" (", 1)[0])  # indices and keys, a closure's suffix
+    parts = [p for p in name.replace("()", "").split(".") if p and not p.isdigit()]
+    return parts[-1] if parts else name

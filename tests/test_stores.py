@@ -5,7 +5,8 @@ import textwrap
 import torch
 
 import memleak
-from memleak.probes.stores import find_store, leaf_name, store_line
+from memleak.holder_names import leaf_name
+from memleak.probes.stores import find_store, store_line
 
 SOURCE = textwrap.dedent('''
     import collections

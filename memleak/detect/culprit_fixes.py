@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..holder_names import is_family
+from ..holder_names import is_family, leaf_name
 from ..schema import Kind
 
 #: Said after a node count that is a lower bound (HolderRow.capped).
@@ -74,8 +74,7 @@ def _code_name(holder: str) -> str:
     name = holder.split(" (", 1)[0]
     if re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*|\['[^']*'\])*", name):  # `total`, `stats['loss']`
         return name
-    leaf = re.sub(r"\[[^\]]*\]", "", name).split(".")[-1]
-    return f"self.{leaf}" if "." in name else leaf
+    return f"self.{leaf_name(name)}" if "." in name else leaf_name(name)
 
 
 def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None) -> str:
@@ -114,7 +113,7 @@ def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None) ->
 def grown_tensor_fix(holder: str, has_grad: bool) -> str:
     """A holder of one tensor replaced every step by a larger one (`torch.cat` onto itself): it is
     not a list to bound or to fill with numbers."""
-    leaf = holder.split(".")[-1]
+    leaf = _code_name(holder)
     grad = " Detach what you add (`x.detach()`): each concatenation otherwise keeps its graph." if has_grad else ""
     return (
         f"`{holder}` is one tensor replaced every step by a larger one (`{leaf} = torch.cat([{leaf}, x])`), so "

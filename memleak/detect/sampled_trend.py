@@ -155,9 +155,7 @@ def plateaued(steps, values, min_rise: float) -> bool:
     if tread > 0 and x[-1] - x[start] < STAIR_TREADS * tread:
         return False
     before = _theil(x[: start + 1], v[: start + 1])
-    expected = before * (x[-1] - x[start])
-    gained = v[start] - v[0]
-    return gained > 0 and expected >= max(PLATEAU_MIN_RISES * min_rise, PLATEAU_SHARE * gained)
+    return _would_have_gained(before * (x[-1] - x[start]), v[start] - v[0], min_rise)
 
 
 def decelerated(steps, values, min_rise: float) -> bool:
@@ -170,10 +168,14 @@ def decelerated(steps, values, min_rise: float) -> bool:
     if m <= 0 or m >= len(v) - 1:
         return False
     gained = v[m] - v[0]
-    expected = gained / (x[m] - x[0]) * (x[-1] - x[m])  # at the earlier half's rate
-    if gained <= 0 or expected < max(PLATEAU_MIN_RISES * min_rise, PLATEAU_SHARE * gained):
-        return False
-    return v[-1] - v[m] <= DECELERATED_SHARE * expected
+    expected = gained / (x[m] - x[0]) * (x[-1] - x[m]) if gained > 0 else 0.0  # at the earlier half's rate
+    return _would_have_gained(expected, gained, min_rise) and v[-1] - v[m] <= DECELERATED_SHARE * expected
+
+
+def _would_have_gained(expected: float, gained: float, min_rise: float) -> bool:
+    """Whether a stretch that grew by `gained` before would, at that rate, have gained `expected`,
+    clearly more than nothing: twice the smallest rise counted and a share of what it gained."""
+    return gained > 0 and expected >= max(PLATEAU_MIN_RISES * min_rise, PLATEAU_SHARE * gained)
 
 
 def keeps_new_highs(steps: list[int], values: list[float]) -> bool:

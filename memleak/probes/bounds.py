@@ -16,7 +16,8 @@ import ast
 import os
 from functools import lru_cache
 
-from .stores import Region, adds, ends_in, leaf_name, source_tree, spans, stores
+from ..holder_names import leaf_name
+from .stores import Region, adds, ends_in, source_tree, spans, stores
 
 #: Methods that take items out of a container (a trim, when the window's test guards them).
 _TAKERS = frozenset({"pop", "popleft", "popitem", "remove", "clear"})

@@ -243,9 +243,10 @@ def _add_threads(w: Walk) -> None:
     ``threading.Timer``'s function too); a Thread subclass of the user's, by its class, with its
     attributes. And the locals of the user's functions any other thread is running (a logger
     thread's list, a pool worker's cache), named by variable."""
+    me = threading.get_ident()
     running = running_frames()  # once: it lists every thread's frame
     for th in threading.enumerate():
-        if th.ident == threading.get_ident():
+        if th.ident == me:
             continue
         target = getattr(th, "_target", None) or getattr(th, "function", None)  # a Timer's
         if _user_code(target):

@@ -12,10 +12,10 @@ import ast
 import inspect
 import linecache
 import os
-import re
 from collections.abc import Iterator
 from functools import lru_cache
 
+from ..holder_names import leaf_name
 from .frames import is_user_file
 
 #: Methods that put an element into a container.
@@ -24,15 +24,6 @@ _ADDERS = frozenset(
 )
 #: Values that start an empty holder: an initialisation, not a store.
 _EMPTY_CALLS = frozenset({"list", "dict", "set", "deque", "defaultdict", "OrderedDict", "Counter", "tuple"})
-
-
-def leaf_name(holder: str) -> str:
-    """The last name of a holder path as a person wrote it: `metric.values` -> `values`,
-    `logger.history['loss']` -> `history`, `blocks.1.attn.cache` -> `cache`,
-    `self.callbacks[...].preds` -> `preds`."""
-    name = re.sub(r"\[[^\]]*\]", "", holder.split(" (", 1)[0])  # indices and keys, a closure's suffix
-    parts = [p for p in name.replace("()", "").split(".") if p and not p.isdigit()]
-    return parts[-1] if parts else name
 
 
 def ends_in(node: ast.AST, leaf: str) -> bool:
@@ -48,15 +39,19 @@ def _is_get(node: ast.AST) -> bool:
     return isinstance(fn, ast.Attribute) and fn.attr in ("get", "setdefault")
 
 
+def _call_name(node: ast.Call) -> str:
+    """The name a call is made by: `f(...)` -> f, `x.f(...)` -> f."""
+    fn = node.func
+    return fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
+
+
 def _is_empty(value: ast.AST | None) -> bool:
     if value is None or (isinstance(value, ast.Constant) and value.value in (None, 0, 0.0)):
         return True
     if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.Tuple)):
         return not getattr(value, "elts", None) and not getattr(value, "keys", None)
     if isinstance(value, ast.Call):
-        fn = value.func
-        name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
-        return name in _EMPTY_CALLS and not value.args
+        return _call_name(value) in _EMPTY_CALLS and not value.args
     return False
 
 
@@ -78,9 +73,7 @@ def adds(node: ast.AST, leaf: str) -> bool:
     """Whether an expression puts an item into `leaf`: ``leaf.append(x)``, ``heapq.heappush(leaf, x)``."""
     if not isinstance(node, ast.Call):
         return False
-    fn = node.func
-    name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
-    if name in _ADDING_FUNCTIONS and node.args:
+    if _call_name(node) in _ADDING_FUNCTIONS and node.args:
         return ends_in(node.args[0], leaf)
     return adds_to(node, leaf)
 
@@ -92,8 +85,7 @@ _NAMING_CALLS = {"register_buffer": 0, "register_parameter": 0, "setattr": 1}
 
 def _named_value(node: ast.Call, leaf: str) -> ast.AST | None:
     """The value a naming call (`register_buffer("leaf", value)`, `setattr(obj, "leaf", value)`) binds to `leaf`."""
-    fn = node.func
-    at = _NAMING_CALLS.get(fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else "")
+    at = _NAMING_CALLS.get(_call_name(node))
     if at is None or len(node.args) <= at + 1:
         return None
     name = node.args[at]
