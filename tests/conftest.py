@@ -1,4 +1,7 @@
+import faulthandler
 import os
+import signal
+import sys
 
 import pytest
 import torch
@@ -12,12 +15,47 @@ torch.set_num_threads(1)
 def pytest_configure(config):
     """One garbage collection, not five, before pytest's last look for unraisable exceptions at
     the end of each process (as pytester's in-process runs do): a full collection costs a third
-    of a second in a worker that has imported torch, and nothing here needs five."""
+    of a second in a worker that has imported torch, and nothing here needs five.
+
+    Also keeps a copy of stderr as it is now, between pytest's captures, for the stacks of a test
+    that runs too long (pytest_runtest_protocol)."""
+    _stderr.append(os.fdopen(os.dup(sys.__stderr__.fileno()), "w"))
     try:
         from _pytest.unraisableexception import gc_collect_iterations_key
     except ImportError:  # a pytest without it: its own default
         return
     config.stash[gc_collect_iterations_key] = 1
+
+
+# A test that runs longer than this fails with every thread's stack printed, so that a hang (a
+# deadlock, a child process that never exits) fails that test instead of holding CI until its
+# own limit. The slowest test takes about 40 s on a 2-core machine.
+TEST_LIMIT_S = float(os.environ.get("MEMLEAK_TEST_LIMIT_S", "300"))
+_GRACE_S = TEST_LIMIT_S / 5  # for the signal to end it first
+
+
+_stderr: list = []  # the process's stderr, which pytest does not capture (pytest_configure)
+
+
+def _too_long(signum, frame):
+    faulthandler.dump_traceback(file=_stderr[0], all_threads=True)
+    raise TimeoutError(f"the test ran past {TEST_LIMIT_S:.0f} s (tests/conftest.py: TEST_LIMIT_S); stacks on stderr")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A timer signal raises in the test; if that cannot end it (a deadlock in C holding the GIL),
+    faulthandler's timer, a C thread, ends the process a minute later: under -n, xdist reports
+    the test failed and starts a new worker."""
+    previous = signal.signal(signal.SIGALRM, _too_long)
+    signal.setitimer(signal.ITIMER_REAL, TEST_LIMIT_S)
+    faulthandler.dump_traceback_later(TEST_LIMIT_S + _GRACE_S, exit=True, file=_stderr[0])
+    try:
+        return (yield)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_itemcollected(item):

@@ -133,6 +133,15 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"tensors every step: append a number (`loss.item()`) or a detached copy (`t.detach().cpu()`), "
             f"bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
         )
+    if ") in thread " in holder and " (local of " in holder:  # probes/referrers.py: _thread_local
+        var, owner = holder.split(" (local of ", 1)
+        return (
+            f"`{var}`, a local variable of {owner.split(' in thread ', 1)[0]} running in another thread, keeps "
+            f"gaining tensors (named from that function's code: memleak does not read another thread's running "
+            f"frames, which can crash Python 3.11). Keep a running aggregate there (`total += t.sum().item()`) or a "
+            f"bounded window (`collections.deque(maxlen=...)`), or hand it numbers (`.item()`, `.cpu()`) instead of "
+            f"tensors{grad}."
+        )
     kept = (
         _optimizer_fix(holder, hkind, grad)
         or _hook_fix(holder, hkind, grad)

@@ -9,12 +9,10 @@ Split from `holders` (the reference walk starts from these frames).
 from __future__ import annotations
 
 import dis
-import gc
 import inspect
 import os
 import sys
 import sysconfig
-import threading
 import types
 from collections.abc import Callable
 from functools import lru_cache
@@ -158,41 +156,6 @@ def user_frames(limit: int = 6) -> list[types.FrameType]:
                     break
         f = f.f_back
     return frames or fallback
-
-
-def running_frames() -> dict[int, types.FrameType]:
-    """The innermost frame of each running thread, by thread id (`sys._current_frames`); none while
-    a Python trace function (a debugger's, not a C tracer such as coverage's) runs in this thread:
-    Python writes a frame's locals back from its snapshot around such a function's calls, and the
-    walk empties the snapshots it reads. This thread's own frame is left out: kept by the caller,
-    it would tie the caller's frames (and the walk they hold) in a reference cycle.
-
-    None either unless the collector is paused (`collector_paused`, as `walk_roots` does) until
-    the caller has read those frames' ``f_back`` and ``f_locals``: a collection that starts while
-    Python makes a frame object or locals dict for another thread's frame can run a finalizer
-    that lets that thread go on and return from the frame, leaving the new object pointing at
-    freed memory (profilers that read threads so crash Python 3.11: sentry-python#6119,
-    dd-trace-py#13567); and `sys._current_frames` holds the thread list's lock meanwhile
-    (cpython#106883, a deadlock)."""
-    if hasattr(sys.gettrace(), "__code__") or gc.isenabled():
-        return {}
-    frames = sys._current_frames()
-    frames.pop(threading.get_ident(), None)
-    return frames
-
-
-def thread_user_frames(frame: types.FrameType | None, limit: int = 6) -> list[types.FrameType]:
-    """The user's frames from another thread's innermost `frame` outwards (a background logger's
-    loop, a worker pool running the user's function); none while a Python trace function traces
-    one of them (see `running_frames`)."""
-    frames: list[types.FrameType] = []
-    while frame is not None:
-        if frame.f_trace is not None:
-            return []
-        if len(frames) < limit and is_user_file(frame.f_code.co_filename):
-            frames.append(frame)
-        frame = frame.f_back
-    return frames
 
 
 def is_locals_snapshot(frame: types.FrameType, loc: Any) -> bool:

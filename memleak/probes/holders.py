@@ -25,9 +25,7 @@ import sys
 import threading
 import types
 import weakref
-from typing import Any
 
-from ..collector import collector_paused
 from ..records import HoldersRecord
 from . import reach
 from .bounds import code_bound
@@ -36,8 +34,6 @@ from .frames import (
     is_user_file,
     loop_variables,
     release_snapshots,
-    running_frames,
-    thread_user_frames,
 )
 from .global_roots import add_all_globals, add_class_containers, add_root, user_globals
 from .graphs import Roots
@@ -58,7 +54,6 @@ _STORES_LOOKED_UP = 20
 _FINALIZERS_SAMPLED = 16
 
 
-@collector_paused()  # no frame object is made for another thread's frame mid-collection (frames.py)
 def walk_roots(
     *,
     step: int,
@@ -241,10 +236,12 @@ def _add_threads(w: Walk) -> None:
     target's arguments until it returns, so one started every step for slow work (an upload, a
     save) piles up with what it was given. Named ``Thread(target=NAME)`` after the target (a
     ``threading.Timer``'s function too); a Thread subclass of the user's, by its class, with its
-    attributes. And the locals of the user's functions any other thread is running (a logger
-    thread's list, a pool worker's cache), named by variable."""
+    attributes.
+
+    Another thread's frames (its functions' locals) are not read: on Python 3.11 reading a running
+    thread's frames (`sys._current_frames`, ``f_back``) can crash the process (sentry-python#2386
+    and #6119, dd-trace-py#13567), and a profiler must never crash the run it watches."""
     me = threading.get_ident()
-    running = running_frames()  # once: it lists every thread's frame
     for th in threading.enumerate():
         if th.ident == me:
             continue
@@ -259,21 +256,6 @@ def _add_threads(w: Walk) -> None:
         elif _user_code(getattr(type(th), "run", None)):  # a subclass with a run() of its own
             name = type(th).__name__
             w.push(th, name, name, "thread", 1.0, f"a running {name} thread: kept until its run() returns")
-        for f in thread_user_frames(running.get(th.ident)) if th.ident is not None else ():
-            _add_thread_locals(w, f, th.name)
-
-
-def _add_thread_locals(w: Walk, frame: Any, thread: str) -> None:
-    """A frame of another thread's: its locals as roots (its f_locals snapshot emptied after the walk)."""
-    loc = frame.f_locals
-    if loc is frame.f_globals:  # module code running in a thread: its globals are not a function's locals
-        return
-    note = reach.thread_frame_note(frame, thread)
-    for k, v in list(loc.items()):
-        if not k.startswith("__"):
-            w.add_root(v, k, "local", note)
-    if is_locals_snapshot(frame, loc):
-        w.snapshots.append(loc)
 
 
 # torch's hooks that run for every module or every optimizer, by the function that registers them

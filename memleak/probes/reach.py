@@ -104,11 +104,6 @@ def frame_note(frame: Any, innermost: bool) -> str:
     return f"a local variable of {_where(frame)}(), a caller that is still running"
 
 
-def thread_frame_note(frame: Any, thread: str) -> str:
-    """Evidence line for the locals of a frame another running thread is in."""
-    return f"a local variable of {_where(frame)}() in thread {thread!r}, which is still running"
-
-
 def kept_frame_note(frame: Any) -> str:
     """Evidence line for the locals of a frame something keeps as an object."""
     return (
@@ -243,9 +238,11 @@ def exception_frames(exc: BaseException, limit: int = 8) -> Iterator[tuple[Any, 
 
 
 def generator_frame(gen: Any) -> tuple[Any, str] | None:
-    """(frame, holder suffix) of a suspended generator or coroutine: its locals live as long as it does."""
+    """(frame, holder suffix) of a suspended generator or coroutine: its locals live as long as it does.
+    None for one that is running: its frame is this thread's (read with the stack) or another
+    thread's, which is not read (holders._add_threads)."""
     f = getattr(gen, "gi_frame", None) or getattr(gen, "cr_frame", None)
-    if f is None:
+    if f is None or getattr(gen, "gi_running", False) or getattr(gen, "cr_running", False):
         return None
     return f, f"{_GENERATOR_MARK}{_where(f)})"
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import collections
 import gc
+import threading
 import types
 from typing import Any
 
 import torch
 
 from .frames import is_user_file
-from .reach import frame_holder, stack_ids
+from .reach import fn_name, frame_holder, stack_ids
+from .stores import filled_locals
 
 
 def _type_name(owner: object) -> str:
@@ -117,9 +119,26 @@ def name_by_referrers(ref, depth: int = 6) -> str:
                 return _joined([_type_name(r), attr, *chain])
         del refs
         if found is None:
-            return as_local
+            return as_local or (_thread_local() if target is not ref() else "")
         target = found
     return as_local
+
+
+def _thread_local() -> str:
+    """A container nothing the collector tracks refers to is held by C code or by a running
+    function's local: the loop's own frames are walked, so likely another thread's, whose frames
+    are not read (holders._add_threads: that can crash Python 3.11). Named by the one local of a
+    running thread's function that starts empty and is stored into (read from its code), as
+    ``predictions (local of metrics_worker() in thread 'Thread-1')``; '' unless exactly one."""
+    me = threading.get_ident()
+    found = []
+    for th in threading.enumerate():
+        fn = getattr(th, "_target", None) or getattr(type(th), "run", None)
+        code = getattr(fn, "__code__", None)
+        if th.ident == me or code is None or not is_user_file(code.co_filename):
+            continue
+        found += [f"{var} (local of {fn_name(fn)}() in thread {th.name!r})" for var in filled_locals(code)]
+    return found[0] if len(found) == 1 else ""
 
 
 def _dict_name(d: dict, key: Any, ours: set[int]) -> str:

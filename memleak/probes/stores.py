@@ -229,3 +229,30 @@ def find_store(holder: str, regions: list[Region]) -> str | None:
                 name = os.path.join(os.path.basename(os.path.dirname(filename)), name)
             return f"{name}:{line}"
     return None
+
+
+def filled_locals(code) -> list[str]:
+    """The local variables of a function's code that start as an empty container and are stored
+    into (``predictions = []`` ... ``predictions.append(item)``), read from its source."""
+    filename = code.co_filename
+    try:
+        mtime = os.stat(filename).st_mtime
+    except OSError:
+        return []
+    return _filled_locals(filename, mtime, *code_span(code), frozenset(code.co_varnames))
+
+
+@lru_cache(maxsize=256)
+def _filled_locals(filename: str, mtime: float, first: int, last: int, names: frozenset[str]) -> list[str]:
+    tree = source_tree(filename, mtime)
+    if tree is None:
+        return []
+    nodes = [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last]
+    started = {
+        t.id
+        for n in nodes
+        if isinstance(n, ast.Assign) and _is_empty(n.value) and not isinstance(n.value, ast.Constant)
+        for t in n.targets
+        if isinstance(t, ast.Name) and t.id in names
+    }
+    return sorted(v for v in started if any(stores(n, v) for n in nodes))
