@@ -207,3 +207,21 @@ def test_a_holder_that_starts_filling_late_is_given_its_rate_since_then():
     assert sustained_rise(steps, held, 2)["slope"] == 32.0
     steady = [3 * s for s in steps]  # a holder rising from the start keeps its rate over every sample
     assert sustained_rise(steps, steady, 2)["slope"] == 3.0
+
+
+def _evidence(records, holder="cache") -> str:
+    found: dict = {}
+    holder_findings(records, {}, None, found, set())
+    return " ".join(found[holder]["evidence"])
+
+
+def test_the_old_items_of_a_growing_holder_are_a_lower_bound_unless_all_are_old():
+    # an item's age counts from the walk that first saw it: items added between sparse walks look new
+    steps = list(range(1, 41, 3))
+    rows = [
+        HoldersRecord(step=s, holders=(HolderRow(holder="cache", kind="local", count=s, bytes=s * KIB, old=old),))
+        for s, old in zip(steps, [0, *[s // 2 for s in steps[1:]]], strict=True)
+    ]
+    assert "at least 20 of them are two or more steps old" in _evidence(rows)
+    rows[-1] = HoldersRecord(step=40, holders=(HolderRow(holder="cache", kind="local", count=40, bytes=40 * KIB, old=40),))
+    assert "all 40 of them are two or more steps old" in _evidence(rows)

@@ -262,7 +262,7 @@ def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> lis
         return [
             f"{what} holds {_count_words(count[-1], noun)} ({size} in all) at step {steps[-1]}, "
             f"up from {int(round(count[0]))} at step {steps[0]} ({_per_step(h.count_trend['slope'])}, "
-            f"{fmt_bytes(bps)} per step); {int(round(h.old[-1]))} of them are two or more steps old"
+            f"{fmt_bytes(bps)} per step){_old_words(h.old[-1], count[-1])}"
         ]
     if h.bytes_trend:
         return [
@@ -391,3 +391,9 @@ def _per_step(x: float) -> str:
     if x >= 0.05:
         return f"one more every {1 / x:.0f} steps" if x < 0.95 else f"{x:.1f} more each step"
     return "slowly more"
+
+
+def _old_words(old: float, count: float) -> str:
+    """Held items known to be two or more steps old: a lower bound (an age counts from the walk that first saw it)."""
+    n = int(round(old))
+    return f"; {'all' if n >= round(count) else 'at least'} {n} of them are two or more steps old" if n > 0 else ""
