@@ -100,22 +100,25 @@ def test_a_list_only_another_threads_function_keeps_is_named_from_that_functions
     assert name == f"outputs (local of collect() in thread {thread.name!r})"
 
 
-def test_two_candidate_locals_name_none():
+def test_two_candidate_locals_of_the_containers_type_name_none_one_of_another_type_does_not_count():
     def collect(ready, go, refs):
-        outputs, others = [], []
+        outputs, others, by_step = [], [], {}
         outputs.append(torch.ones(4))
         others.append(1)
+        by_step[0] = torch.ones(4)
         refs.append(weakref.ref(outputs[0]))
+        refs.append(weakref.ref(by_step[0]))
         ready.set()
         go.wait(10)
 
     thread, go, refs = _in_thread(collect)
     try:
-        name = name_by_referrers(refs[0])
+        in_list, in_dict = name_by_referrers(refs[0]), name_by_referrers(refs[1])
     finally:
         go.set()
         thread.join(10)
-    assert name == ""
+    assert in_list == ""  # outputs or others: not told apart
+    assert in_dict == f"by_step (local of collect() in thread {thread.name!r})"
 
 
 def test_filled_locals_are_the_ones_that_start_empty_and_are_stored_into():
@@ -130,4 +133,4 @@ def test_filled_locals_are_the_ones_that_start_empty_and_are_stored_into():
             given.append(i)
         return kept, table, unused, given
 
-    assert filled_locals(fn.__code__) == ["kept", "table"]
+    assert filled_locals(fn.__code__) == [("kept", "list"), ("table", "dict")]

@@ -119,17 +119,18 @@ def name_by_referrers(ref, depth: int = 6) -> str:
                 return _joined([_type_name(r), attr, *chain])
         del refs
         if found is None:
-            return as_local or (_thread_local() if target is not ref() else "")
+            return as_local or (_thread_local(type(target).__name__) if target is not ref() else "")
         target = found
     return as_local
 
 
-def _thread_local() -> str:
+def _thread_local(kind: str) -> str:
     """A container nothing the collector tracks refers to is held by C code or by a running
     function's local: the loop's own frames are walked, so likely another thread's, whose frames
     are not read (holders._add_threads: that can crash Python 3.11). Named by the one local of a
-    running thread's function that starts empty and is stored into (read from its code), as
-    ``predictions (local of metrics_worker() in thread 'Thread-1')``; '' unless exactly one."""
+    running thread's function that starts as an empty container of its type (`kind`: list, dict,
+    deque ...) and is stored into (read from its code), as ``predictions (local of
+    metrics_worker() in thread 'Thread-1')``; '' unless exactly one."""
     me = threading.get_ident()
     found = []
     for th in threading.enumerate():
@@ -137,7 +138,8 @@ def _thread_local() -> str:
         code = getattr(fn, "__code__", None)
         if th.ident == me or code is None or not is_user_file(code.co_filename):
             continue
-        found += [f"{var} (local of {fn_name(fn)}() in thread {th.name!r})" for var in filled_locals(code)]
+        where = f"(local of {fn_name(fn)}() in thread {th.name!r})"
+        found += [f"{var} {where}" for var, t in filled_locals(code) if t == kind]
     return found[0] if len(found) == 1 else ""
 
 

@@ -231,9 +231,10 @@ def find_store(holder: str, regions: list[Region]) -> str | None:
     return None
 
 
-def filled_locals(code) -> list[str]:
-    """The local variables of a function's code that start as an empty container and are stored
-    into (``predictions = []`` ... ``predictions.append(item)``), read from its source."""
+def filled_locals(code) -> list[tuple[str, str]]:
+    """(name, type) of the local variables of a function's code that start as an empty container
+    and are stored into (``predictions = []`` ... ``predictions.append(item)``: ("predictions",
+    "list")), read from its source."""
     filename = code.co_filename
     try:
         mtime = os.stat(filename).st_mtime
@@ -243,16 +244,32 @@ def filled_locals(code) -> list[str]:
 
 
 @lru_cache(maxsize=256)
-def _filled_locals(filename: str, mtime: float, first: int, last: int, names: frozenset[str]) -> list[str]:
+def _filled_locals(filename: str, mtime: float, first: int, last: int, names: frozenset[str]) -> list[tuple[str, str]]:
     tree = source_tree(filename, mtime)
     if tree is None:
         return []
     nodes = [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last]
     started = {
-        t.id
+        t.id: _empty_type(v)
         for n in nodes
-        if isinstance(n, ast.Assign) and _is_empty(n.value) and not isinstance(n.value, ast.Constant)
-        for t in n.targets
-        if isinstance(t, ast.Name) and t.id in names
+        if isinstance(n, ast.Assign)
+        for t, v in _bindings(n)
+        if isinstance(t, ast.Name) and t.id in names and _is_empty(v) and not isinstance(v, ast.Constant)
     }
-    return sorted(v for v in started if any(stores(n, v) for n in nodes))
+    return sorted((v, kind) for v, kind in started.items() if any(stores(n, v) for n in nodes))
+
+
+def _bindings(node: ast.Assign) -> Iterator[tuple[ast.AST, ast.AST]]:
+    """(target, value) pairs of an assignment: `a = []`, and each of `a, b = [], {}`."""
+    for t in node.targets:
+        if isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(t.elts) == len(node.value.elts):
+            yield from zip(t.elts, node.value.elts, strict=True)
+        else:
+            yield t, node.value
+
+
+def _empty_type(value: ast.AST) -> str:
+    """The type an empty container's expression makes: `[]` list, `{}` dict, `deque()` deque."""
+    if isinstance(value, ast.Call):
+        return _call_name(value)
+    return {ast.List: "list", ast.Dict: "dict", ast.Set: "set", ast.Tuple: "tuple"}.get(type(value), "")
