@@ -35,3 +35,14 @@ def leaf_name(holder: str) -> str:
     name = re.sub(r"\[[^\]]*\]", "", holder.split(" (", 1)[0])  # indices and keys, a closure's suffix
     parts = [p for p in name.replace("()", "").split(".") if p and not p.isdigit()]
     return parts[-1] if parts else name
+
+
+def thread_local_name(var: str, function: str, thread: str) -> str:
+    """A holder that is a local of a function another thread runs, named from that function's code
+    (probes/referrers.py): ``predictions (local of metrics_worker() in thread 'Thread-1')``."""
+    return f"{var} (local of {function}() in thread {thread!r})"
+
+
+def is_thread_local(holder: str) -> bool:
+    """Whether `holder` was named by `thread_local_name`."""
+    return " (local of " in holder and "() in thread " in holder

@@ -134,3 +134,39 @@ def test_filled_locals_are_the_ones_that_start_empty_and_are_stored_into():
         return kept, table, unused, given
 
     assert filled_locals(fn.__code__) == [("kept", "list"), ("table", "dict")]
+
+
+def test_a_threads_list_emptied_every_few_steps_is_a_reset_not_a_leak():
+    """Its tensors die all at once, as a reference cycle's do when the collector runs; but a local
+    named from the thread's code is a container the thread empties, not a cycle."""
+    import queue
+
+    import memleak
+
+    inbox: queue.Queue = queue.Queue()
+    done = threading.Event()
+
+    def epoch_worker():
+        epoch_outputs = []
+        while (item := inbox.get()) is not None:
+            epoch_outputs.append(item)
+            if len(epoch_outputs) == 10:
+                epoch_outputs.clear()
+            done.set()
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64)
+    thread = threading.Thread(target=epoch_worker, daemon=True)
+    thread.start()
+    try:
+        with memleak.track(model, level="full") as t:
+            for _ in range(60):
+                out = model(torch.randn(32, 64))
+                done.clear()
+                inbox.put(out.detach().clone())
+                assert done.wait(10)  # the thread has it before the step ends
+                t.step()
+    finally:
+        inbox.put(None)
+        thread.join(10)
+    assert t.report().verdict.value != "leak", str(t.report())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..holder_names import is_family, leaf_name
+from ..holder_names import is_family, is_thread_local, leaf_name
 from ..schema import Kind
 
 #: Said after a node count that is a lower bound (HolderRow.capped).
@@ -133,7 +133,7 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"tensors every step: append a number (`loss.item()`) or a detached copy (`t.detach().cpu()`), "
             f"bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
         )
-    if ") in thread " in holder and " (local of " in holder:  # probes/referrers.py: _thread_local
+    if is_thread_local(holder):
         var, owner = holder.split(" (local of ", 1)
         return (
             f"`{var}`, a local variable of {owner.split(' in thread ', 1)[0]} running in another thread, keeps "

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..holder_names import is_thread_local
 from ..records import BirthCohort, BirthsRecord, HoldersRecord
 from ..schema import Kind
 from ..units import fmt_bytes
@@ -89,13 +90,14 @@ def _collected_cycles(b: _Births, hkinds) -> Collected:
     a reference cycle (through autograd, a closure, a ctx) frees them only then."""
     cyclic: Collected = {}
     # Only for survivors no root reached (a name from gc referrers at most): a named container
-    # emptied at once is a reset (an epoch's metric), not a cycle. Accumulation is judged since the
-    # last such mass death: the collector may run every few steps.
+    # emptied at once is a reset (an epoch's metric), not a cycle; so is another thread's local
+    # (named from its code: probes/referrers.py). Accumulation is judged since the last such mass
+    # death: the collector may run every few steps.
     last_death: dict[Key, int] = {}
     for i in range(1, len(b.records)):
         prev, cur = b.records[i - 1], b.records[i]
         for key, cohorts in b.groups[i - 1].items():
-            if key[1] and key[1] in hkinds:
+            if key[1] and (key[1] in hkinds or is_thread_local(key[1])):
                 continue
             el = [d for d in b.eligible_at(prev.step) if d > last_death.get(key, -1)]
             before = sorted(born for born in cohorts if born in el)

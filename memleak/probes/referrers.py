@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..holder_names import thread_local_name
 from .frames import is_user_file
 from .reach import fn_name, frame_holder, stack_ids
 from .stores import filled_locals
@@ -138,8 +139,7 @@ def _thread_local(kind: str) -> str:
         code = getattr(fn, "__code__", None)
         if th.ident == me or code is None or not is_user_file(code.co_filename):
             continue
-        where = f"(local of {fn_name(fn)}() in thread {th.name!r})"
-        found += [f"{var} {where}" for var, t in filled_locals(code) if t == kind]
+        found += [thread_local_name(var, fn_name(fn), th.name) for var, t in filled_locals(code) if t == kind]
     return found[0] if len(found) == 1 else ""
 
 
