@@ -109,3 +109,22 @@ def test_a_host_leak_is_found_on_a_heap_too_slow_to_read_every_step(monkeypatch,
     report = tracker.report()
     assert report.verdict == "leak", str(report)
     assert report.growth is not None and report.growth.column == "heap_bytes"
+
+
+def test_a_fall_where_memleak_released_nothing_is_not_taken_off_its_own_bytes():
+    # another thread (a consumer evicting a tensor) frees 128 KiB while memleak's bookkeeping runs
+    heap = [10 << 20]
+    reads = HeapReads(lambda: heap[0], every_step=True)
+    for step in range(5):
+        reads.begin(step, 0.01, forced=lambda: True)
+        heap[0] += 2048 - (128 << 10)  # memleak keeps a step's record; the other thread frees
+        reads.settle(kept=True, frees=False)
+    assert reads.own == 0  # the frees are not memleak's: its own bytes do not fall
+    reads.begin(5, 0.01, forced=lambda: True)
+    heap[0] += 4096
+    reads.settle(kept=True, frees=False)
+    assert reads.own == 4096  # what it keeps still counts
+    reads.begin(6, 0.01, forced=lambda: True)
+    heap[0] -= 3000  # a batch written out: memleak's own records released
+    reads.settle(kept=True, frees=True)
+    assert reads.own == 1096

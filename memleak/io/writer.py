@@ -39,6 +39,8 @@ class RecordSink:
     #: Whether a step may leave records of memleak's on the heap (a step kept in memory; a batch
     #: written): the tracker then measures its own bytes after the step, which costs a heap read.
     keeps_steps = True
+    #: Whether the last step sent a batch out, releasing the records it held (RunWriter).
+    flushed = False
 
     def __init__(self) -> None:
         self._records: list[dict] = []
@@ -140,7 +142,7 @@ class RunWriter(RecordSink):
         if not self._pending:
             self._pending_since = time.monotonic()
         self._pending.append(values)
-        self.keeps_steps = flush
+        self.keeps_steps = self.flushed = flush
         if flush:  # a batch goes out: the tracker reads the heap it left behind
             self.flush()
 

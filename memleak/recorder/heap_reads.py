@@ -66,8 +66,12 @@ class HeapReads:
             self.base = None
         return self.base
 
-    def settle(self, kept: bool) -> None:
+    def settle(self, kept: bool, frees: bool = True) -> None:
         """After the step's bookkeeping: `kept`, it may have kept bytes on the heap, read again
-        (~25 us) when this step was read (it was, if it was forced)."""
+        (~25 us) when this step was read (it was, if it was forced). `frees`: it may also have
+        released some of memleak's (a batch written, the live columns moved, a detail step's
+        walk); where it cannot have, a fall is another thread's frees meanwhile (a consumer thread
+        evicting a tensor as the step ends), not memleak's, and is not taken off its bytes."""
         if kept and self.base is not None:
-            self.own += self.counter() - self.base
+            delta = self.counter() - self.base
+            self.own += delta if delta >= 0 or frees else 0

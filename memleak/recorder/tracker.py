@@ -321,7 +321,7 @@ class Tracker:
                 self._started_sink().event(CHECK_EVENT, step=step)
                 change = self._auto.check(step, self._probes, self._turn_off)
         if heap is not None:  # what the probes and this bookkeeping kept on the heap is memleak's own
-            heap.settle(live.grew or sink.keeps_steps or not plain)
+            heap.settle(live.grew or sink.keeps_steps or not plain, frees=live.grew or sink.flushed or not plain)
         if change is not None:
             self._set_detail(step + 1, *change)
         self._step = step = step + 1
