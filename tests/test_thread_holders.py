@@ -170,3 +170,71 @@ def test_a_threads_list_emptied_every_few_steps_is_a_reset_not_a_leak():
         inbox.put(None)
         thread.join(10)
     assert t.report().verdict.value != "leak", str(t.report())
+
+
+def gather(ready, go, refs):
+    kept: list[torch.Tensor] = []  # annotated
+    kept.append(torch.ones(4))
+    refs.append(weakref.ref(kept[0]))
+    ready.set()
+    go.wait(10)
+
+
+def eval_thread(ready, go, refs):
+    gather(ready, go, refs)  # the thread's target hands its work to a function of the user's
+
+
+def test_a_list_of_a_function_the_threads_target_calls_is_named_after_that_function():
+    thread, go, refs = _in_thread(eval_thread)
+    try:
+        name = name_by_referrers(refs[0])
+    finally:
+        go.set()
+        thread.join(10)
+    assert name == f"kept (local of gather() in thread {thread.name!r})"
+
+
+def timing_worker(ready, stop):
+    step_times = []
+    step_times.append(1.0)  # floats only: not what holds the tensors
+    ready.set()
+    stop.wait(10)
+
+
+def drain(ready, go, refs):
+    kept = []
+    kept.append(torch.ones(4))
+    refs.append(weakref.ref(kept[0]))
+    ready.set()
+    go.wait(10)
+
+
+def test_a_leak_in_a_lambda_targets_function_is_not_pinned_on_another_threads_list():
+    timer_ready, stop = threading.Event(), threading.Event()
+    other = threading.Thread(target=timing_worker, args=(timer_ready, stop), daemon=True)
+    other.start()
+    assert timer_ready.wait(10)
+    ready, go, refs = threading.Event(), threading.Event(), []
+    thread = threading.Thread(target=lambda: drain(ready, go, refs), daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        name = name_by_referrers(refs[0])
+    finally:
+        go.set()
+        stop.set()
+        thread.join(10)
+        other.join(10)
+    assert name == ""  # drain()'s kept or timing_worker()'s step_times: not told apart, not guessed
+
+
+def test_the_fixes_say_where_a_thread_keeps_tensors_and_that_its_frames_are_not_read():
+    from memleak.detect.culprit_fixes import culprit_fix
+    from memleak.holder_names import thread_local_name
+    from memleak.schema import Kind
+
+    named = thread_local_name("predictions", "metrics_worker", "Thread-1")
+    fix = culprit_fix(Kind.SURVIVING_TENSORS, named, "referrer", False, False, False)
+    assert fix.startswith("`predictions`, a local variable of metrics_worker() running in another thread")
+    unnamed = culprit_fix(Kind.SURVIVING_TENSORS, "", "unreachable", False, False, False)
+    assert "a local variable of a function another thread runs" in unnamed

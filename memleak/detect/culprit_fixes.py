@@ -164,8 +164,10 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             "reach holds them: typically a reference cycle through autograd (a custom autograd Function "
             "storing tensors on `ctx` or `self` instead of `ctx.save_for_backward`, a tensor hook or "
             "closure capturing its own tensor), or a registry kept in C that Python code cannot list "
-            "(`atexit.register(fn, t)` or `signal.signal` called every step, a C extension's callbacks). "
-            "Break the cycle, `.detach()` what is stored, or register such a callback once, with no tensor."
+            "(`atexit.register(fn, t)` or `signal.signal` called every step, a C extension's callbacks), or "
+            "a local variable of a function another thread runs (a consumer of a queue the loop feeds: "
+            "memleak does not read other threads' running frames). Break the cycle, `.detach()` what is "
+            "stored, register such a callback once, with no tensor, or keep numbers in that thread."
         )
     # an attribute may be a metric's state, whose own reset() empties it (torchmetrics), or a plain list
     reset = " If it is a metric's state, its `reset()` after each `compute()` empties it." if "." in holder else ""

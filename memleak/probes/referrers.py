@@ -17,7 +17,7 @@ import torch
 from ..holder_names import thread_local_name
 from .frames import is_user_file
 from .reach import fn_name, frame_holder, stack_ids
-from .stores import filled_locals
+from .stores import called_names, filled_locals
 
 
 def _type_name(owner: object) -> str:
@@ -129,18 +129,32 @@ def _thread_local(kind: str) -> str:
     """A container nothing the collector tracks refers to is held by C code or by a running
     function's local: the loop's own frames are walked, so likely another thread's, whose frames
     are not read (holders._add_threads: that can crash Python 3.11). Named by the one local of a
-    running thread's function that starts as an empty container of its type (`kind`: list, dict,
-    deque ...) and is stored into (read from its code), as ``predictions (local of
-    metrics_worker() in thread 'Thread-1')``; '' unless exactly one."""
+    running thread's function, or of a function of the user's it calls by name, that starts as an
+    empty container of its type (`kind`: list, dict, deque ...) and is stored into (read from its
+    code), as ``predictions (local of metrics_worker() in thread 'Thread-1')``; '' unless exactly
+    one."""
     me = threading.get_ident()
     found = []
     for th in threading.enumerate():
         fn = getattr(th, "_target", None) or getattr(type(th), "run", None)
-        code = getattr(fn, "__code__", None)
-        if th.ident == me or code is None or not is_user_file(code.co_filename):
+        if th.ident == me or not _user_function(fn):
             continue
-        found += [thread_local_name(var, fn_name(fn), th.name) for var, t in filled_locals(code) if t == kind]
+        for f in (fn, *_user_callees(fn)):
+            found += [thread_local_name(var, fn_name(f), th.name) for var, t in filled_locals(f.__code__) if t == kind]
     return found[0] if len(found) == 1 else ""
+
+
+def _user_function(fn: Any) -> bool:
+    code = getattr(fn, "__code__", None)
+    return isinstance(code, types.CodeType) and is_user_file(code.co_filename)
+
+
+def _user_callees(fn: Any) -> list[Any]:
+    """The user's functions `fn` calls by name (`target=lambda: drain(q)`, a worker handing each
+    item to a helper): what they keep lives in the same thread, one call deeper."""
+    names = getattr(fn, "__globals__", {})
+    callees = (names.get(n) for n in called_names(fn.__code__))
+    return [c for c in callees if isinstance(c, types.FunctionType) and c is not fn and _user_function(c)]
 
 
 def _dict_name(d: dict, key: Any, ours: set[int]) -> str:

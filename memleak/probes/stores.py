@@ -252,15 +252,27 @@ def _filled_locals(filename: str, mtime: float, first: int, last: int, names: fr
     started = {
         t.id: _empty_type(v)
         for n in nodes
-        if isinstance(n, ast.Assign)
+        if isinstance(n, (ast.Assign, ast.AnnAssign))
         for t, v in _bindings(n)
-        if isinstance(t, ast.Name) and t.id in names and _is_empty(v) and not isinstance(v, ast.Constant)
+        if isinstance(t, ast.Name)
+        and t.id in names
+        and v is not None
+        and _is_empty(v)
+        and not isinstance(v, ast.Constant)
     }
     return sorted((v, kind) for v, kind in started.items() if any(stores(n, v) for n in nodes))
 
 
-def _bindings(node: ast.Assign) -> Iterator[tuple[ast.AST, ast.AST]]:
-    """(target, value) pairs of an assignment: `a = []`, and each of `a, b = [], {}`."""
+def _empty_container(value: ast.AST | None) -> bool:
+    """`[]`, `{}`, `deque()`: not a missing value, a None or a 0, which `_is_empty` also accepts."""
+    return value is not None and not isinstance(value, ast.Constant) and _is_empty(value)
+
+
+def _bindings(node: ast.Assign | ast.AnnAssign) -> Iterator[tuple[ast.AST, ast.AST | None]]:
+    """(target, value) pairs of an assignment: `a = []`, `a: list = []`, and each of `a, b = [], {}`."""
+    if isinstance(node, ast.AnnAssign):
+        yield node.target, node.value
+        return
     for t in node.targets:
         if isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(t.elts) == len(node.value.elts):
             yield from zip(t.elts, node.value.elts, strict=True)
@@ -268,8 +280,21 @@ def _bindings(node: ast.Assign) -> Iterator[tuple[ast.AST, ast.AST]]:
             yield t, node.value
 
 
-def _empty_type(value: ast.AST) -> str:
+def _empty_type(value: ast.AST | None) -> str:
     """The type an empty container's expression makes: `[]` list, `{}` dict, `deque()` deque."""
     if isinstance(value, ast.Call):
         return _call_name(value)
     return {ast.List: "list", ast.Dict: "dict", ast.Set: "set", ast.Tuple: "tuple"}.get(type(value), "")
+
+
+def called_names(code) -> list[str]:
+    """The plain names a function's code calls (`drain(q)` -> drain), read from its source: where
+    a thread's target hands its work on to a function of the user's."""
+    filename = code.co_filename
+    try:
+        tree = source_tree(filename, os.stat(filename).st_mtime)
+    except OSError:
+        return []
+    first, last = code_span(code)
+    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call)) if tree is not None else ()
+    return sorted({n.func.id for n in calls if isinstance(n.func, ast.Name) and first <= n.lineno <= last})
