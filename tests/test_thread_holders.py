@@ -82,6 +82,17 @@ def _in_thread(body):
     return thread, go, refs
 
 
+def _named_in_thread(body):
+    """The name gc referrers give the first tensor `body` (run as in `_in_thread`) left in `refs`,
+    while the thread still runs; and the thread."""
+    thread, go, refs = _in_thread(body)
+    try:
+        return name_by_referrers(refs[0]), thread
+    finally:
+        go.set()
+        thread.join(10)
+
+
 def test_a_list_only_another_threads_function_keeps_is_named_from_that_functions_code():
     def collect(ready, go, refs):
         outputs = []
@@ -91,12 +102,7 @@ def test_a_list_only_another_threads_function_keeps_is_named_from_that_functions
         ready.set()
         go.wait(10)
 
-    thread, go, refs = _in_thread(collect)
-    try:
-        name = name_by_referrers(refs[0])
-    finally:
-        go.set()
-        thread.join(10)
+    name, thread = _named_in_thread(collect)
     assert name == f"outputs (local of collect() in thread {thread.name!r})"
 
 
@@ -185,12 +191,7 @@ def eval_thread(ready, go, refs):
 
 
 def test_a_list_of_a_function_the_threads_target_calls_is_named_after_that_function():
-    thread, go, refs = _in_thread(eval_thread)
-    try:
-        name = name_by_referrers(refs[0])
-    finally:
-        go.set()
-        thread.join(10)
+    name, thread = _named_in_thread(eval_thread)
     assert name == f"kept (local of gather() in thread {thread.name!r})"
 
 
