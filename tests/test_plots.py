@@ -283,3 +283,12 @@ def test_a_long_holder_name_is_cut_at_a_dot_keeping_its_end():
     assert _short("self.callbacks[ConfusionCollector].logits") == "…callbacks[ConfusionCollector].logits"
     assert _short("short.name") == "short.name"
     assert _short("x" * 60).endswith("x" * 39) and len(_short("x" * 60)) == 40  # no dot: the plain end
+
+
+def test_a_long_holder_name_with_a_note_keeps_its_name_in_the_plots_labels():
+    from memleak.report.plots import _short
+
+    label = _short("all_logits (local of eval_logger() in thread 'Thread-1 (eval_logger)')")
+    assert label.startswith("all_logits (local of eval_logger()") and label.endswith("…)") and len(label) <= 40
+    # a path keeps its end, where what holds is named
+    assert _short("model.encoder.layers.3.attn.callbacks[Logger].buffer_of_outputs") == "…callbacks[Logger].buffer_of_outputs"

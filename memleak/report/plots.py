@@ -318,9 +318,13 @@ _binary_scale = S.binary_scale
 
 def _short(text: str, width: int = 40) -> str:
     """`text` within `width` characters: its end, cut at a dot where one is near (a holder's name ends
-    with what holds: ``…callbacks[Logger].buffer``, not ``…lf.callbacks[Logger].buffer``)."""
+    with what holds: ``…callbacks[Logger].buffer``, not ``…lf.callbacks[Logger].buffer``); a name
+    followed by a note in parentheses keeps the name (``all_logits (local of eval_logger() in…)``)."""
     if len(text) <= width:
         return text
+    name, paren, note = text.partition(" (")
+    if paren and len(name) <= width - 8:  # a name with a note (a thread's local, a closure's): the name whole
+        return f"{name} ({note[: width - len(name) - 4]}…)"
     tail = text[-(width - 1) :]
     dot = tail.find(".")
     return "…" + (tail[dot + 1 :] if 0 <= dot < width // 3 else tail)
