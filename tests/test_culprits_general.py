@@ -200,6 +200,27 @@ def queue_nobody_reads(model, opt, n):
         q.put(torch.randn(128, 256).numpy())  # 128 KiB a step; the pipe takes 64 KiB, the rest stays here
 
 
+def queue_whose_consumer_died(model, opt, n):
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue()
+
+    def consume():
+        q.get()
+        raise_in_thread = 1 / 0  # noqa: F841 (an exception ends the thread, silently for the loop)
+
+    old_hook = threading.excepthook
+    threading.excepthook = lambda args: None
+    try:
+        thread = threading.Thread(target=consume, daemon=True)
+        thread.start()
+        for _ in range(n):
+            q.put(_step(model, opt)[0].detach())
+    finally:
+        threading.excepthook = old_hook
+
+
 def remember_on_the_function(model, opt, n):
     def keep(t):
         keep.seen.append(t)  # an attribute hung on the function: it lives as long as the function
@@ -366,6 +387,8 @@ def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
 @pytest.mark.parametrize("loop, says", [
     (linked_list, "`head` is a chain of objects"),
     (queue_nobody_reads, "`q` is a multiprocessing.Queue that nothing empties"),
+    # a queue.Queue whose consumer thread died: named by the queue, not as `q.queue`
+    (queue_whose_consumer_died, "`q` is a queue.Queue whose items pile up"),
     (bytes_gathered, "`raw` is one buffer that grows every step"),
     (optimizer_per_step, "keeps optimizers besides the tracked one"),
     # a list the loop hangs on a parameter: no module caches it in forward

@@ -27,7 +27,7 @@ def culprit_fix(
     have memory of their own ("own")."""
     if kind == Kind.RETAINED_GRAPH:
         return _retained_graph_fix(holder, chained, same_object)
-    if hkind == "mp_queue":  # nothing reads the queue: what the items are is beside the point
+    if hkind in _QUEUES:  # nothing reads the queue: what the items are is beside the point
         return queue_fix(holder, hkind)
     if arrays == "own":
         return (
@@ -206,6 +206,13 @@ _LIFETIME_FIXES = {
         "and every later item stays here. Make sure a consumer runs and keeps up (`q.get()`), "
         "give the queue a bound (`Queue(maxsize=...)`: put() then waits), or put only what is read{grad}."
     ),
+    "thread_queue": (
+        "`{holder}` is a queue.Queue whose items pile up: what the loop put() is not taken by get() as fast, "
+        "because its consumer thread has stopped (an exception ends a thread silently; check "
+        "`thread.is_alive()`) or is slower than the loop. Keep the consumer alive and fast enough, give the "
+        "queue a bound (`Queue(maxsize=...)`: put() then waits), or put numbers (`.item()`) instead of "
+        "tensors{grad}."
+    ),
     "default_arg": (
         "`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
         "it stays alive for the life of the function. Default to `None` and create the container inside the "
@@ -215,9 +222,13 @@ _LIFETIME_FIXES = {
 
 
 def queue_fix(holder: str, hkind: str) -> str:
-    """The fix for what a multiprocessing Queue buffers because nothing reads it (tensors or plain
-    data alike), else ''."""
-    return _lifetime_fix(holder, hkind, "") if hkind == "mp_queue" else ""
+    """The fix for what a multiprocessing Queue or a queue.Queue keeps because nothing takes it out
+    (tensors or plain data alike), else ''."""
+    return _lifetime_fix(holder, hkind, "") if hkind in _QUEUES else ""
+
+
+#: Holder kinds of queues between threads or processes (probes/walk.py).
+_QUEUES = ("mp_queue", "thread_queue")
 
 
 def _lifetime_fix(holder: str, hkind: str, grad: str) -> str:

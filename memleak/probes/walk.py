@@ -28,8 +28,6 @@ from .walk_scope import (
     HOOK_DICTS,
     LRU_CACHES,
     MODULE_SKIP,
-    MP_QUEUE_NOTE,
-    MP_QUEUES,
     NAMED_KEYS,
     SCALARS,
     SEQ_SAMPLE,
@@ -45,6 +43,7 @@ from .walk_scope import (
     named_by_class,
     opened_inside,
     pandas_managers,
+    queue_items,
     skipped,
     top_package,
 )
@@ -143,9 +142,8 @@ class Walk(HolderTally):
             self._sequence(list(obj.values()), path, holder, kind, weight, note)
         elif isinstance(obj, contextvars.ContextVar):  # its value in this thread's context
             self.push(obj.get(None), path, holder, kind, weight, note or f"the value of ContextVar {obj.name!r}")
-        elif isinstance(obj, MP_QUEUES):  # what was put() and not yet sent: its feeder thread's buffer
-            items = list(getattr(obj, "_buffer", ()))
-            self._sequence(items, path, holder or path, "mp_queue", weight, note or MP_QUEUE_NOTE)
+        elif (queued := queue_items(obj)) is not None:  # what was put() and not yet taken, named by the queue
+            self._sequence(queued[0], path, holder or path, queued[1], weight, note or queued[2])
         elif isinstance(obj, LRU_CACHES):
             self._lru_cache(obj, path, holder, weight, note)
         elif t.__name__ == "partial" and hasattr(obj, "func"):

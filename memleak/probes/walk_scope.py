@@ -10,6 +10,7 @@ import functools
 import gc
 import itertools
 import multiprocessing.queues
+import queue
 import sys
 import warnings
 from typing import Any
@@ -302,6 +303,18 @@ def is_view_of(base: Any) -> bool:
 #: process; until then (no reader, a slow one, a full pipe) this process keeps it in `_buffer`.
 MP_QUEUES = (multiprocessing.queues.Queue,)
 MP_QUEUE_NOTE = "put on a multiprocessing.Queue that nothing empties: kept until its feeder thread sends it"
+THREAD_QUEUE_NOTE = "put on a queue.Queue and not yet taken by get(): kept until a consumer takes it"
+
+
+def queue_items(obj: Any) -> tuple[list, str, str] | None:
+    """(items, holder kind, note) of a queue between processes (what its feeder thread has not sent
+    yet, in `_buffer`) or between threads (a `queue.Queue`: what get() has not taken, in its `queue`
+    deque: a consumer that died or is slower than the loop); None for anything else."""
+    if isinstance(obj, MP_QUEUES):
+        return list(getattr(obj, "_buffer", ())), "mp_queue", MP_QUEUE_NOTE
+    if isinstance(obj, queue.Queue):
+        return list(getattr(obj, "queue", ())), "thread_queue", THREAD_QUEUE_NOTE
+    return None
 
 
 def opened_inside(t: type) -> bool:
