@@ -13,11 +13,10 @@ The walk then counts such a container as bounded, as it does a ``deque(maxlen=..
 from __future__ import annotations
 
 import ast
-import os
 from functools import lru_cache
 
 from ..holder_names import leaf_name
-from .stores import Region, adds, ends_in, source_tree, spans, stores
+from .stores import Region, adds, ends_in, mtime_of, source_tree, spans, stores
 
 #: Methods that take items out of a container (a trim, when the window's test guards them).
 _TAKERS = frozenset({"pop", "popleft", "popitem", "remove", "clear"})
@@ -33,9 +32,8 @@ def code_bound(holder: str, regions: list[Region], owner: dict | None = None) ->
     attributes of the object that holds it, where the bound is one of them."""
     leaf = leaf_name(holder)
     for filename, first, last in spans(regions):
-        try:
-            mtime = os.stat(filename).st_mtime
-        except OSError:
+        mtime = mtime_of(filename)
+        if mtime is None:
             continue
         found = _bound(filename, mtime, first, last, leaf)
         if found is not None:

@@ -116,14 +116,24 @@ def source_tree(filename: str, mtime: float) -> ast.Module | None:
         return None
 
 
+def mtime_of(filename: str) -> float | None:
+    """When `filename` last changed (its parsed source is cached under it), None if it cannot be read."""
+    try:
+        return os.stat(filename).st_mtime
+    except OSError:
+        return None
+
+
+def span_nodes(tree: ast.Module, first: int, last: int) -> list[ast.AST]:
+    """The nodes of `tree` on lines `first` to `last`."""
+    return [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last]
+
+
 def store_line(filename: str, first: int, last: int, holder: str) -> int | None:
     """The first line from `first` to `last` of `filename` that stores into `holder`, else None.
     Prefers a line that adds to it (`append`, `+=`, `x[k] = ...`) over one that rebinds it."""
-    try:
-        mtime = os.stat(filename).st_mtime
-    except OSError:
-        return None
-    return _store_line(filename, mtime, first, last, leaf_name(holder))
+    mtime = mtime_of(filename)
+    return None if mtime is None else _store_line(filename, mtime, first, last, leaf_name(holder))
 
 
 @lru_cache(maxsize=1024)
@@ -131,7 +141,7 @@ def _store_line(filename: str, mtime: float, first: int, last: int, leaf: str) -
     tree = source_tree(filename, mtime)
     if tree is None:
         return None
-    nodes = [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last]
+    nodes = span_nodes(tree, first, last)
     aliases = _aliases(nodes, leaf)
     adds: list[int] = []
     binds: list[int] = []
@@ -235,12 +245,10 @@ def filled_locals(code) -> list[tuple[str, str]]:
     """(name, type) of the local variables of a function's code that start as an empty container
     and are stored into (``predictions = []`` ... ``predictions.append(item)``: ("predictions",
     "list")), read from its source."""
-    filename = code.co_filename
-    try:
-        mtime = os.stat(filename).st_mtime
-    except OSError:
+    mtime = mtime_of(code.co_filename)
+    if mtime is None:
         return []
-    return _filled_locals(filename, mtime, *code_span(code), frozenset(code.co_varnames))
+    return _filled_locals(code.co_filename, mtime, *code_span(code), frozenset(code.co_varnames))
 
 
 @lru_cache(maxsize=256)
@@ -248,17 +256,13 @@ def _filled_locals(filename: str, mtime: float, first: int, last: int, names: fr
     tree = source_tree(filename, mtime)
     if tree is None:
         return []
-    nodes = [n for n in ast.walk(tree) if first <= getattr(n, "lineno", 0) <= last]
+    nodes = span_nodes(tree, first, last)
     started = {
         t.id: _empty_type(v)
         for n in nodes
         if isinstance(n, (ast.Assign, ast.AnnAssign))
         for t, v in _bindings(n)
-        if isinstance(t, ast.Name)
-        and t.id in names
-        and v is not None
-        and _is_empty(v)
-        and not isinstance(v, ast.Constant)
+        if isinstance(t, ast.Name) and t.id in names and _empty_container(v)
     }
     return sorted((v, kind) for v, kind in started.items() if any(stores(n, v) for n in nodes))
 
@@ -290,11 +294,9 @@ def _empty_type(value: ast.AST | None) -> str:
 def called_names(code) -> list[str]:
     """The plain names a function's code calls (`drain(q)` -> drain), read from its source: where
     a thread's target hands its work on to a function of the user's."""
-    filename = code.co_filename
-    try:
-        tree = source_tree(filename, os.stat(filename).st_mtime)
-    except OSError:
+    mtime = mtime_of(code.co_filename)
+    tree = None if mtime is None else source_tree(code.co_filename, mtime)
+    if tree is None:
         return []
-    first, last = code_span(code)
-    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call)) if tree is not None else ()
-    return sorted({n.func.id for n in calls if isinstance(n.func, ast.Name) and first <= n.lineno <= last})
+    nodes = span_nodes(tree, *code_span(code))
+    return sorted({n.func.id for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)})
