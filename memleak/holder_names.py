@@ -43,6 +43,15 @@ def thread_local_name(var: str, function: str, thread: str) -> str:
     return f"{var} (local of {function}() in thread {thread!r})"
 
 
+_THREAD_LOCAL = re.compile(r"(.+) \(local of (.+)\(\) in thread .+\)")
+
+
+def thread_local_parts(holder: str) -> tuple[str, str] | None:
+    """(variable, function) of a holder named by `thread_local_name`, else None."""
+    m = _THREAD_LOCAL.fullmatch(holder)
+    return (m[1], m[2]) if m else None
+
+
 def is_thread_local(holder: str) -> bool:
     """Whether `holder` was named by `thread_local_name`."""
-    return " (local of " in holder and "() in thread " in holder
+    return thread_local_parts(holder) is not None

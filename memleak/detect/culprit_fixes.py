@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..holder_names import is_family, is_thread_local, leaf_name
+from ..holder_names import is_family, leaf_name, thread_local_parts
 from ..schema import Kind
 
 #: Said after a node count that is a lower bound (HolderRow.capped).
@@ -133,10 +133,10 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"tensors every step: append a number (`loss.item()`) or a detached copy (`t.detach().cpu()`), "
             f"bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
         )
-    if is_thread_local(holder):
-        var, owner = holder.split(" (local of ", 1)
+    if (local := thread_local_parts(holder)) is not None:
+        var, function = local
         return (
-            f"`{var}`, a local variable of {owner.split(' in thread ', 1)[0]} running in another thread, keeps "
+            f"`{var}`, a local variable of {function}() running in another thread, keeps "
             f"gaining tensors (named from that function's code: memleak does not read another thread's running "
             f"frames, which can crash Python 3.11). Keep a running aggregate there (`total += t.sum().item()`) or a "
             f"bounded window (`collections.deque(maxlen=...)`), or hand it numbers (`.item()`, `.cpu()`) instead of "
