@@ -373,6 +373,9 @@ def measure_turns(device, reps, steps, levels, out):
                     loop.close()
             ratios[lvl].append(tracked / untracked)
             base.append(untracked / steps)
+            # each block as it ends: a run cut short by a time limit keeps what it measured
+            print(f"  round {rnd + 1}: {lvl or 'untracked (A/A)'} {tracked / untracked:.4f}x, untracked step "
+                  f"{untracked / steps * 1e3:.2f} ms", file=sys.stderr, flush=True)
     return statistics.median(base), ratios
 
 

@@ -72,3 +72,42 @@ def test_a_pool_that_fills_once_is_a_finding():
 
 def test_a_flat_pool_says_nothing():
     assert pinned.detect(_run([32 * MiB] * 40)) == []
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_the_pool_is_read_on_a_time_budget(monkeypatch):
+    from memleak.probes import budget as budget_module
+    from memleak.probes import pinned as pinned_probe
+
+    clock = _Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+
+    def read():
+        clock.now += 30e-6  # a read took 29 us on an H200
+        return RECORDED
+
+    monkeypatch.setattr(pinned_probe, "host_stats_reader", lambda: read)
+    probe = PinnedProbe()
+    assert probe.start(ProbeContext(device=torch.device("cuda", 0), level="counters")) == {"pinned_budget": 0.001}
+    rows = []
+    for step in range(600):
+        clock.now += 0.011  # an 11 ms step
+        rows.append(probe.sample(step, 0.011))
+    read_at = [i for i, r in enumerate(rows) if r["pinned_bytes"] is not None]
+    # 0.1 % of 11 ms is 11 us a step: a 30 us read about one step in three
+    assert read_at[0] == 0 and 150 <= len(read_at) <= 260, len(read_at)
+    assert rows[read_at[0]] == {"pinned_bytes": 12 * MiB, "pinned_active_bytes": 8 * MiB}
+    assert rows[1] == {"pinned_bytes": None, "pinned_active_bytes": None}  # null, not "unchanged"
+
+
+def test_a_sampled_pool_that_grows_is_still_a_leak():
+    series = [8 * MiB + i * 2 * MiB if i % 3 == 0 else np.nan for i in range(60)]
+    (f,) = pinned.detect(_run(series))
+    assert f.leak and f.bytes_per_step == pytest.approx(2 * MiB)

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import memleak
+from memleak.analysis import analyze
 from memleak.detect import profilers
 from memleak.probes.runtime import profiler_on
 from memleak.run import Run
@@ -15,14 +16,16 @@ from memleak.schema import Kind
 KiB = 1024
 
 
-def _run(on, heap_per_step=64 * KiB, n=40):
+def _run(on, heap_per_step=64 * KiB, n=40, heap=100e6, device="cpu"):
     rng = np.random.default_rng(0)
     steps = pd.DataFrame({
         "step": range(n),
-        "heap_bytes": 100e6 + heap_per_step * np.arange(n) + rng.normal(0, 2 * KiB, n),
+        "heap_bytes": heap + heap_per_step * np.arange(n) + rng.normal(0, 2 * KiB, n),
         "profiler_on": on if not np.isscalar(on) else [on] * n,
     })
-    return Run({"device": "cpu", "level": "counters"}, steps)
+    if device != "cpu":  # the device's allocator: flat
+        steps["allocated_bytes"] = 50e6
+    return Run({"device": device, "level": "counters"}, steps)
 
 
 def test_the_probe_reads_whether_a_profiler_records():
@@ -42,6 +45,17 @@ def test_host_growth_while_a_profiler_records_every_step_names_the_profiler():
     assert f.kind is Kind.PROFILER and f.location == "torch.profiler" and f.leak
     assert f.bytes_per_step == pytest.approx(64 * KiB, rel=0.05)
     assert "recording at 40 of the 40 steps" in f.evidence[0] and "schedule" in f.fix
+
+
+def test_on_a_device_run_the_profilers_host_growth_is_judged_as_on_the_cpu():
+    # The H200 case: a GPU process's heap of ~1 GB rose 2.5 MB (0.25 %) in 40 steps of recording,
+    # under the 1 % a device run's heap needs; with no profiler that rise is no finding.
+    run = _run(1, heap=1e9, device="cuda:0")
+    (f,) = profilers.detect(run)
+    assert f.kind is Kind.PROFILER and f.leak
+    report = analyze(run)
+    assert report.verdict == "leak" and report.suspects[0].kind is Kind.PROFILER, str(report)
+    assert profilers.detect(_run([1] * 5 + [0] * 35, heap=1e9, device="cuda:0")) == []
 
 
 @pytest.mark.parametrize("on, growth", [

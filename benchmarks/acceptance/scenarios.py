@@ -82,9 +82,14 @@ def _run_pool(ctx: Context, jobs: list, rows: dict) -> None:
     finally:
         for f in pending:
             f.cancel()
-        for proc in list(getattr(pool, "_processes", {}).values()):  # jobs still running when time is up
+        procs = list(getattr(pool, "_processes", {}).values())
+        for proc in procs:  # jobs still running when time is up
             proc.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
+        # Wait for the workers to end: each holds a CUDA context and its allocator's cache until
+        # it does, and the next part (headroom's real OOMs) needs the device to itself.
+        for proc in procs:
+            proc.join(timeout=10)
 
 
 def _expected(name: str) -> dict:

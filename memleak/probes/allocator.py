@@ -26,6 +26,8 @@ STAT_COLUMNS = {
     "num_alloc_retries": "num_alloc_retries",
     "num_ooms": "num_ooms",
 }
+#: The same keys as paths into the nested dict, split once: this runs every step.
+STAT_PATHS = tuple((tuple(key.split(".")), col) for key, col in STAT_COLUMNS.items())
 
 
 def read_allocator(device: torch.device, driver: bool = False) -> dict[str, Any]:
@@ -37,7 +39,7 @@ def read_allocator(device: torch.device, driver: bool = False) -> dict[str, Any]
     if device.type == "cuda":
         # the nested dict as torch keeps it: flattening it into memory_stats' keys costs more than reading it
         nested = torch.cuda.memory_stats_as_nested_dict(device.index)
-        values = {col: int(v) for key, col in STAT_COLUMNS.items() if (v := nested_value(nested, key)) is not None}
+        values = {col: int(v) for path, col in STAT_PATHS if (v := _at(nested, path)) is not None}
         if driver and torch.cuda.is_initialized():
             free, total = torch.cuda.mem_get_info(device.index)
             values["device_free_bytes"] = int(free)
@@ -49,8 +51,12 @@ def read_allocator(device: torch.device, driver: bool = False) -> dict[str, Any]
 
 def nested_value(nested: Mapping[str, Any], dotted: str) -> Any:
     """``nested["allocated_bytes"]["all"]["current"]`` for "allocated_bytes.all.current"; None if absent."""
+    return _at(nested, dotted.split("."))
+
+
+def _at(nested: Mapping[str, Any], path: tuple[str, ...] | list[str]) -> Any:
     node: Any = nested
-    for part in dotted.split("."):
+    for part in path:
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]

@@ -33,6 +33,24 @@ class TimeBudget:
             self.spent += time.perf_counter() - t
 
 
+class BudgetedReads:
+    """A probe's reads on a `TimeBudget`. A step whose read is not due gives the columns of the
+    last read as null: the run file carries a value left out forward, as unchanged, and a stale
+    reading would pair with newer counters (an NVML reading with a newer reserve makes up a gap)."""
+
+    def __init__(self, share: float) -> None:
+        self.budget = TimeBudget(share)
+        self.columns: tuple[str, ...] = ()
+        self.budget.start()
+
+    def sample(self, read: Callable[[], dict]) -> dict:
+        if not self.budget.due():
+            return dict.fromkeys(self.columns)
+        values = self.budget.timed(read)
+        self.columns = tuple(values)
+        return values
+
+
 #: A young run is sampled densely: in its first YOUNG_DENSE steps, a probe's detail steps come
 #: every YOUNG_GAP steps whatever its budget, so that a short run (a test, a script, a job that
 #: fails early) has the few samples a trend needs (``detect/sampled_trend.py`` judges on three or

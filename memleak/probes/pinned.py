@@ -2,7 +2,11 @@
 ``tensor.pin_memory()``, non-blocking copies), read where torch exposes them
 (``torch.cuda.memory.host_memory_stats``, torch 2.5 and later). The allocator caches the pinned
 blocks it gets from CUDA and hands them out again; a pool that keeps growing is host memory that
-is never given back. On a build or a machine without CUDA the probe is skipped."""
+is never given back. On a build or a machine without CUDA the probe is skipped.
+
+The pool changes slowly and a read took 29 us on an H200 (a quarter of a percent of an 11 ms
+step): it is read on a time budget (``pinned_budget=``, 0.1 % of the run's time by default), a
+step without a read writing null (`BudgetedReads`)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import torch
 
 from . import Probe, ProbeContext, Unavailable
 from .allocator import nested_value
+from .budget import BudgetedReads
 
 #: Our columns from the documented keys of host_memory_stats().
 KEYS = {"pinned_bytes": "allocated_bytes.current", "pinned_active_bytes": "active_bytes.current"}
@@ -46,7 +51,8 @@ class PinnedProbe(Probe):
         self.read = host_stats_reader()
         if self.read is None:
             raise Unavailable("pinned host memory statistics need CUDA (torch.cuda.memory.host_memory_stats)")
-        return {}
+        self.reads = BudgetedReads(float(ctx.options.get("pinned_budget", 0.001)))
+        return {"pinned_budget": self.reads.budget.share}
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
-        return pinned_values(self.read())
+        return self.reads.sample(lambda: pinned_values(self.read()))
