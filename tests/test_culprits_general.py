@@ -221,6 +221,29 @@ def queue_whose_consumer_died(model, opt, n):
         threading.excepthook = old_hook
 
 
+def executor_behind(model, opt, n):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    uploader = ThreadPoolExecutor(max_workers=1)
+    release = threading.Event()
+    uploader.submit(release.wait)  # the one worker is busy: every later task waits in the queue
+    try:
+        for _ in range(n):
+            uploader.submit(len, _step(model, opt)[0].detach().clone())
+    finally:
+        release.set()
+        uploader.shutdown(cancel_futures=True)
+
+
+def simple_queue_nobody_reads(model, opt, n):
+    import queue
+
+    q: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(n):
+        q.put(_step(model, opt)[0].detach())
+
+
 def remember_on_the_function(model, opt, n):
     def keep(t):
         keep.seen.append(t)  # an attribute hung on the function: it lives as long as the function
@@ -389,6 +412,9 @@ def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
     (queue_nobody_reads, "`q` is a multiprocessing.Queue that nothing empties"),
     # a queue.Queue whose consumer thread died: named by the queue, not as `q.queue`
     (queue_whose_consumer_died, "`q` is a queue.Queue whose items pile up"),
+    # an executor's tasks waiting for a busy worker, each with its tensor: not a list to bound
+    (executor_behind, "`uploader._work_queue` is a ThreadPoolExecutor's queue of tasks"),
+    (simple_queue_nobody_reads, "`q` is a queue.Queue whose items pile up"),
     (bytes_gathered, "`raw` is one buffer that grows every step"),
     (optimizer_per_step, "keeps optimizers besides the tracked one"),
     # a list the loop hangs on a parameter: no module caches it in forward

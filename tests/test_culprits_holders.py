@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 from torch import nn
 
@@ -118,3 +119,14 @@ def test_user_site_skips_torch_frames():
     with Mode():
         lin(torch.zeros(1, 2))  # F.linear is called from torch/nn: the site is this line
     assert any(s and s.startswith("test_culprits_holders.py:") for s in sites)
+
+
+@pytest.mark.parametrize("rate, words", [
+    (1.0, "one more each step"), (3.0, "3 more each step"), (0.5, "one more every 2 steps"),
+    # 41 kept in 58 steps: not "one more every 1 steps"
+    (0.71, "0.7 more each step"), (1.3, "1.3 more each step"), (0.01, "slowly more"),
+])
+def test_the_rate_a_holder_gains_items_reads_as_words(rate, words):
+    from memleak.detect.holder_growth import _per_step
+
+    assert _per_step(rate) == words

@@ -239,3 +239,47 @@ def test_the_fixes_say_where_a_thread_keeps_tensors_and_that_its_frames_are_not_
     assert fix.startswith("`predictions`, a local variable of metrics_worker() running in another thread")
     unnamed = culprit_fix(Kind.SURVIVING_TENSORS, "", "unreachable", False, False, False)
     assert "a local variable of a function another thread runs" in unnamed
+
+
+def test_a_coroutine_on_an_event_loop_in_another_thread_is_named_by_its_own_local():
+    # A suspended coroutine is read (it is not running); reached through the concurrent future's
+    # done callbacks and the task, its local was once named `agg._done_callbacks`, a list's fix.
+    import asyncio
+
+    import memleak
+    from torch import nn
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    inbox = asyncio.run_coroutine_threadsafe(_make_queue(), loop).result(10)
+    agg = asyncio.run_coroutine_threadsafe(aggregator(inbox), loop)
+    model = nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    try:
+        with memleak.track(model, optimizer=opt, level="full") as tracker:
+            for _ in range(40):
+                out = model(torch.randn(32, 64))
+                opt.zero_grad()
+                out.pow(2).mean().backward()
+                opt.step()
+                loop.call_soon_threadsafe(inbox.put_nowait, out.detach())
+                asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(10)  # the item is taken
+    finally:
+        agg.cancel()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    top = tracker.report().suspects[0]
+    assert top.location == "window (local of coroutine aggregator)", str(tracker.report())
+
+
+async def _make_queue():
+    import asyncio
+
+    return asyncio.Queue()
+
+
+async def aggregator(inbox):
+    window = []
+    while True:
+        window.append(await inbox.get())

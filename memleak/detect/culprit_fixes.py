@@ -213,6 +213,13 @@ _LIFETIME_FIXES = {
         "queue a bound (`Queue(maxsize=...)`: put() then waits), or put numbers (`.item()`) instead of "
         "tensors{grad}."
     ),
+    "executor_queue": (
+        "`{holder}` is a ThreadPoolExecutor's queue of tasks submitted and not yet run, each keeping its "
+        "function and arguments: its workers run them slower than the loop submits them (or are blocked). "
+        "Bound the work in flight (wait for the oldest futures, `concurrent.futures.wait(...)`, when more "
+        "than a few are pending), submit a detached host copy or numbers (`.item()`) instead of the "
+        "tensors, or add workers where the task waits on I/O{grad}."
+    ),
     "default_arg": (
         "`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
         "it stays alive for the life of the function. Default to `None` and create the container inside the "
@@ -228,7 +235,7 @@ def queue_fix(holder: str, hkind: str) -> str:
 
 
 #: Holder kinds of queues between threads or processes (probes/walk.py).
-_QUEUES = ("mp_queue", "thread_queue")
+_QUEUES = ("mp_queue", "thread_queue", "executor_queue")
 
 
 def _lifetime_fix(holder: str, hkind: str, grad: str) -> str:

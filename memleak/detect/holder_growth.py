@@ -389,7 +389,7 @@ def _per_step(x: float) -> str:
         r = int(round(x))
         return "one more each step" if r == 1 else f"{r} more each step"
     if x >= 0.05:
-        return f"one more every {1 / x:.0f} steps" if x < 0.95 else f"{x:.1f} more each step"
+        return f"one more every {1 / x:.0f} steps" if x < 0.65 else f"{x:.1f} more each step"
     return "slowly more"
 
 

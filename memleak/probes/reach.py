@@ -32,6 +32,7 @@ from .frames import is_internal
 _OPTIMIZER_OWN = frozenset({"state", "param_groups", "defaults"})
 _CLOSURE_MARK = " (closure of "
 _GENERATOR_MARK = " (local of generator "
+_COROUTINE_MARK = " (local of coroutine "
 _CO_GENERATOR, _CO_COROUTINE = 0x20, 0x80
 
 
@@ -62,7 +63,7 @@ def closure_note(fn: Any, var: str, reached_as: str | None = None) -> str:
 def suffix(holder: str | None) -> str:
     """The owner suffix of a holder name (kept when the name is extended by attributes)."""
     if holder and holder.endswith(")"):
-        for mark in (_CLOSURE_MARK, _GENERATOR_MARK):
+        for mark in (_CLOSURE_MARK, _GENERATOR_MARK, _COROUTINE_MARK):
             if mark in holder:
                 return holder[holder.index(mark) :]
     return ""
@@ -217,6 +218,10 @@ def _where(frame: Any) -> str:
     return getattr(frame.f_code, "co_qualname", None) or frame.f_code.co_name
 
 
+def _suspended_mark(frame: Any) -> str:
+    return _COROUTINE_MARK if frame.f_code.co_flags & _CO_COROUTINE else _GENERATOR_MARK
+
+
 def exception_frames(exc: BaseException, limit: int = 8) -> Iterator[tuple[Any, str]]:
     """(frame, note) of the frames a caught exception's traceback keeps alive, with their locals:
     storing an exception keeps every frame it passed through, and every tensor those frames held."""
@@ -244,7 +249,7 @@ def generator_frame(gen: Any) -> tuple[Any, str] | None:
     f = getattr(gen, "gi_frame", None) or getattr(gen, "cr_frame", None)
     if f is None or getattr(gen, "gi_running", False) or getattr(gen, "cr_running", False):
         return None
-    return f, f"{_GENERATOR_MARK}{_where(f)})"
+    return f, f"{_suspended_mark(f)}{_where(f)})"
 
 
 def frame_holder(frame: Any, target: Any, stack: set[int]) -> str:
@@ -261,7 +266,7 @@ def frame_holder(frame: Any, target: Any, stack: set[int]) -> str:
     if name is None:
         return ""
     if frame.f_code.co_flags & (_CO_GENERATOR | _CO_COROUTINE):
-        return f"{name}{_GENERATOR_MARK}{_where(frame)})"
+        return f"{name}{_suspended_mark(frame)}{_where(frame)})"
     return f"{name} (local of {_where(frame)}, a frame kept by a traceback)"
 
 

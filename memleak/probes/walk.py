@@ -235,9 +235,11 @@ class Walk(HolderTally):
             return
         fr = reach.generator_frame(obj)
         if fr is not None and not is_internal(fr[0].f_code):
-            # a generator's locals are named by their own variables, unless a container holds it
-            own = None if holder is not None and "[...]" in path else fr[1]
-            self._frame(fr[0], path, holder, kind, weight, f"a local of a suspended generator, reached as {path}", own)
+            # a generator's locals are named by their own variables, unless a container holds it; a
+            # coroutine's always: it is a task's, reached through the event loop's callbacks
+            own = None if holder is not None and "[...]" in path and not isinstance(obj, types.CoroutineType) else fr[1]
+            what = "coroutine" if isinstance(obj, types.CoroutineType) else "generator"
+            self._frame(fr[0], path, holder, kind, weight, f"a local of a suspended {what}, reached as {path}", own)
 
     def _frame(self, f, path, holder, kind, weight, note, own: str | None = None) -> None:
         """A frame that is not running (a traceback's, a suspended generator's): its locals count

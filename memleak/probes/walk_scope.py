@@ -304,17 +304,32 @@ def is_view_of(base: Any) -> bool:
 MP_QUEUES = (multiprocessing.queues.Queue,)
 MP_QUEUE_NOTE = "put on a multiprocessing.Queue that nothing empties: kept until its feeder thread sends it"
 THREAD_QUEUE_NOTE = "put on a queue.Queue and not yet taken by get(): kept until a consumer takes it"
+EXECUTOR_NOTE = "submitted to a ThreadPoolExecutor and not yet run: kept, with its arguments, until a worker runs it"
 
 
 def queue_items(obj: Any) -> tuple[list, str, str] | None:
     """(items, holder kind, note) of a queue between processes (what its feeder thread has not sent
-    yet, in `_buffer`) or between threads (a `queue.Queue`: what get() has not taken, in its `queue`
-    deque: a consumer that died or is slower than the loop); None for anything else."""
+    yet, in `_buffer`) or between threads (a `queue.Queue` or `SimpleQueue`: what get() has not
+    taken: a consumer that died or is slower than the loop; an executor's `_work_queue`: the tasks
+    its workers have not run, each as what it keeps: its function and arguments); None for
+    anything else."""
     if isinstance(obj, MP_QUEUES):
         return list(getattr(obj, "_buffer", ())), "mp_queue", MP_QUEUE_NOTE
     if isinstance(obj, queue.Queue):
         return list(getattr(obj, "queue", ())), "thread_queue", THREAD_QUEUE_NOTE
+    if isinstance(obj, queue.SimpleQueue):  # a C type: its items are the one list it refers to
+        items = next((r for r in gc.get_referents(obj) if type(r) is list), [])
+        tasks = [(w.fn, w.args, w.kwargs) for w in items if _is_work_item(w)]
+        if tasks:
+            return tasks, "executor_queue", EXECUTOR_NOTE
+        return list(items), "thread_queue", THREAD_QUEUE_NOTE
     return None
+
+
+def _is_work_item(obj: Any) -> bool:
+    """A task a `concurrent.futures.ThreadPoolExecutor` queued (its private `_WorkItem`)."""
+    t = type(obj)
+    return t.__module__ == "concurrent.futures.thread" and t.__name__ == "_WorkItem" and hasattr(obj, "args")
 
 
 def opened_inside(t: type) -> bool:
