@@ -58,3 +58,23 @@ def test_finished_collectives_kept_in_a_list_name_the_list():
             work.wait()
         st = _walk(sys._getframe()).holders["handles"]
     assert st.count == 4 and st.nbytes == 4 * 8 * 8 * 4
+
+
+def test_finished_thread_pool_results_kept_in_a_list_name_the_list():
+    # multiprocessing's package is skipped by the walk: a finished AsyncResult's value is read as a
+    # finished future's is, a pending one is not waited on
+    import threading
+    from multiprocessing.pool import ThreadPool
+
+    gate = threading.Event()
+    with ThreadPool(1) as pool:
+        results = [pool.apply_async(torch.ones, (64,)) for _ in range(3)]
+        for r in results:
+            r.wait(10)
+        waiting = [pool.apply_async(gate.wait, (10,))]
+        walk = _walk(sys._getframe())
+        gate.set()
+        waiting[0].wait(10)
+    st = walk.holders["results"]
+    assert st.count == 3 and st.nbytes == 3 * 64 * 4
+    assert "waiting" not in walk.holders or walk.holders["waiting"].count == 0

@@ -170,7 +170,12 @@ def hooks_with_copies(hooks: Any) -> list[tuple[Any, int]]:
 def async_result(obj: Any) -> list | None:
     """What a finished ``torch.distributed`` Work (``dist.all_reduce(t, async_op=True)``) or a done
     torch Future keeps in C++, where no Python reference shows it: a collective's tensors, a
-    fork's value. None for anything else, and for one still running (reading it would wait)."""
+    fork's value; what a finished ``multiprocessing.pool`` result keeps (``pool.apply_async(...)``
+    kept and never ``get()``: its value, in a package the walk skips). None for anything else, and
+    for one still running (reading it would wait)."""
+    pool = sys.modules.get("multiprocessing.pool")
+    if pool is not None and isinstance(obj, pool.ApplyResult):  # MapResult too
+        return [getattr(obj, "_value", None)] if obj.ready() else None
     work = getattr(sys.modules.get("torch.distributed.distributed_c10d"), "Work", None)  # never imported here
     if not isinstance(obj, torch._C.Future) and (work is None or not isinstance(obj, work)):  # torch.futures.Future too
         return None
