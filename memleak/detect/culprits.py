@@ -35,6 +35,7 @@ from .holder_growth import buffer_findings, holder_findings
 from .module_outputs import module_evidence
 from .object_holders import object_findings
 from .registered import registered_findings
+from .saturating import saturating_holders
 from .saved_graphs import attach_saved, saved_growth
 from .survivors import birth_findings
 
@@ -137,9 +138,11 @@ def _point_at_stores(holders: Sequence[HoldersRecord], findings: Entries) -> Non
 
 
 def _spare_bounded(holders: Sequence[HoldersRecord], findings: Entries, memory: float | None) -> None:
-    """A holder that grows only as a bounded container fills up (a ``deque(maxlen=...)`` window)
-    stops at its bound: no leak, whatever its count did so far."""
-    for loc, why in filling_bounded(holders, memory).items():
+    """A holder that grows only as a bounded container fills up (a ``deque(maxlen=...)`` window),
+    or as a cache fills with the keys of a fixed set (saturating.py), stops at its bound: no leak,
+    whatever its count did so far."""
+    filling = {**saturating_holders(holders), **filling_bounded(holders, memory)}
+    for loc, why in filling.items():
         f = findings.get(loc)
         if f is not None and f.get("leak"):
             f["leak"] = False
