@@ -617,3 +617,47 @@ def test_a_chained_module_attribute_s_fix_shows_code_that_runs():
     fix = culprit_fix(Kind.RETAINED_GRAPH, "stats['loss']", "global", chained=True, has_grad=True,
                       saved_growing=False, same_object=True)
     assert "`stats['loss'] += loss.item()`" in fix, fix
+
+
+class _AUROCLike(torch.nn.Module):
+    """A metric with list states, as torchmetrics keeps them (`add_state(..., default=[])`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.preds, self.target = [], []
+
+    def update(self, preds, target):
+        self.preds.append(preds)
+        self.target.append(target)
+
+    def compute(self):
+        return torch.cat(self.preds).mean()
+
+    def reset(self):
+        self.preds, self.target = [], []
+
+
+class _Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(64, 64)
+        self.train_auroc = _AUROCLike()  # Lightning style: the metric lives on the module
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def test_a_metric_on_the_model_never_reset_is_told_to_reset_not_to_stop_caching():
+    torch.manual_seed(0)
+    model = _Classifier()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for step in range(40):
+            out, _ = _step(model, opt)
+            model.train_auroc.update(out.detach().softmax(-1), torch.zeros(32))
+            if step % 10 == 9:
+                model.train_auroc.compute()  # the epoch's value; no reset() after it
+    top = tracker.report().suspects[0]
+    assert top.location == "train_auroc.preds" and top.kind.value == "surviving_tensors", str(tracker.report())
+    assert "call `train_auroc.reset()` after `train_auroc.compute()`" in top.fix, top.fix
+    assert "the metric state train_auroc.preds holds" in top.evidence[0]

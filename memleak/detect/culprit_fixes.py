@@ -58,6 +58,8 @@ def culprit_fix(
             f"name (overwrite it), delete the old ones (`delattr`, `del`), or keep them in a bounded container "
             f"(`collections.deque(maxlen=...)`){grad}."
         )
+    if hkind == "metric_state":
+        return _metric_fix(holder, grad)
     if kind == Kind.CACHED_TENSOR:
         return (
             f"the module attribute `{holder}` gains tensors every forward: do not cache on `self` across "
@@ -66,6 +68,16 @@ def culprit_fix(
             f"`register_buffer` with a fixed size."
         )
     return _container_fix(holder, hkind, grad)
+
+
+def _metric_fix(holder: str, grad: str) -> str:
+    metric = holder.rsplit(".", 1)[0]
+    return (
+        f"`{holder}` is a state of the metric `{metric}` (it has update, compute and reset), which keeps "
+        f"every update until it is reset: call `{metric}.reset()` after `{metric}.compute()` at the end of "
+        f"each epoch (in Lightning, log the metric object itself, `self.log(name, metric)`, which resets it), "
+        f"or use a constant-memory form (torchmetrics: `thresholds=` for the curve metrics){grad}."
+    )
 
 
 def _code_name(holder: str) -> str:

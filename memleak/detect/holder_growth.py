@@ -24,6 +24,7 @@ ESTIMATED_REFILL_SHARE = 0.1
 #: How the evidence names a holder of each kind the walk gives.
 _WHERE = {
     "module_attr": "the module attribute",
+    "metric_state": "the metric state",
     "param_attr": "the parameter attribute",
     "buffer": "the buffer",
     "closure": "the closure variable",

@@ -37,6 +37,7 @@ from .walk_scope import (
     c_note,
     child_holder,
     filled_slots,
+    is_metric,
     is_ndarray,
     is_view_of,
     keyed_parts,
@@ -339,7 +340,7 @@ class Walk(HolderTally):
         name = self.module_names.get(id(mod))
         if name is not None:  # part of the tracked model: name it by its module path
             path = name
-            kind = "module_attr"
+            kind = "metric_state" if is_metric(mod) else "module_attr"
             holder = None
         d = mod.__dict__
         for k, v in d.items():

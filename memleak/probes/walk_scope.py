@@ -307,6 +307,12 @@ THREAD_QUEUE_NOTE = "put on a queue.Queue and not yet taken by get(): kept until
 EXECUTOR_NOTE = "submitted to a ThreadPoolExecutor and not yet run: kept, with its arguments, until a worker runs it"
 
 
+def is_metric(mod: Any) -> bool:
+    """A metric module (torchmetrics' Metric, or any module with update, compute and reset): its
+    states keep every update until reset()."""
+    return all(callable(getattr(type(mod), m, None)) for m in ("update", "compute", "reset"))
+
+
 def queue_items(obj: Any) -> tuple[list, str, str] | None:
     """(items, holder kind, note) of a queue between processes (what its feeder thread has not sent
     yet, in `_buffer`) or between threads (a `queue.Queue` or `SimpleQueue`: what get() has not
