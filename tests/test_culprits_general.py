@@ -411,10 +411,10 @@ def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
     (linked_list, "`head` is a chain of objects"),
     (queue_nobody_reads, "`q` is a multiprocessing.Queue that nothing empties"),
     # a queue.Queue whose consumer thread died: named by the queue, not as `q.queue`
-    (queue_whose_consumer_died, "`q` is a queue.Queue whose items pile up"),
+    (queue_whose_consumer_died, "`q` is a queue between threads (queue.Queue, SimpleQueue) whose items pile up"),
     # an executor's tasks waiting for a busy worker, each with its tensor: not a list to bound
     (executor_behind, "`uploader._work_queue` is a ThreadPoolExecutor's queue of tasks"),
-    (simple_queue_nobody_reads, "`q` is a queue.Queue whose items pile up"),
+    (simple_queue_nobody_reads, "`q` is a queue between threads (queue.Queue, SimpleQueue) whose items pile up"),
     (bytes_gathered, "`raw` is one buffer that grows every step"),
     (optimizer_per_step, "keeps optimizers besides the tracked one"),
     # a list the loop hangs on a parameter: no module caches it in forward

@@ -219,7 +219,8 @@ _LIFETIME_FIXES = {
         "give the queue a bound (`Queue(maxsize=...)`: put() then waits), or put only what is read{grad}."
     ),
     "thread_queue": (
-        "`{holder}` is a queue.Queue whose items pile up: what the loop put() is not taken by get() as fast, "
+        "`{holder}` is a queue between threads (queue.Queue, SimpleQueue) whose items pile up: what the loop "
+        "put() is not taken by get() as fast, "
         "because its consumer thread has stopped (an exception ends a thread silently; check "
         "`thread.is_alive()`) or is slower than the loop. Keep the consumer alive and fast enough, give the "
         "queue a bound (`Queue(maxsize=...)`: put() then waits), or put numbers (`.item()`) instead of "

@@ -303,7 +303,7 @@ def is_view_of(base: Any) -> bool:
 #: process; until then (no reader, a slow one, a full pipe) this process keeps it in `_buffer`.
 MP_QUEUES = (multiprocessing.queues.Queue,)
 MP_QUEUE_NOTE = "put on a multiprocessing.Queue that nothing empties: kept until its feeder thread sends it"
-THREAD_QUEUE_NOTE = "put on a queue.Queue and not yet taken by get(): kept until a consumer takes it"
+THREAD_QUEUE_NOTE = "put on a queue between threads and not yet taken by get(): kept until a consumer takes it"
 EXECUTOR_NOTE = "submitted to a ThreadPoolExecutor and not yet run: kept, with its arguments, until a worker runs it"
 
 
