@@ -102,3 +102,13 @@ def memleak_in_process(*args, cwd=None) -> CliResult:
     finally:
         os.chdir(here)
     return CliResult(status, out.getvalue(), err.getvalue())
+
+
+class FakeClock:
+    """A `time` stand-in for the time budgets (probes/budget.py): it moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now

@@ -24,6 +24,7 @@ from memleak.probes.budget import TimeBudget
 from memleak.probes.nvml import NvmlProbe
 from memleak.report.series import memory_lines
 from memleak.run import Run
+from tests.helpers import FakeClock
 
 CUDA = torch.device("cuda", 0)
 
@@ -51,16 +52,9 @@ def test_each_step_reads_the_nested_statistics_and_not_the_driver(monkeypatch):
     assert asked == [0] and at_oom["device_free_bytes"] == 10 and at_oom["device_total_bytes"] == 80
 
 
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self):
-        return self.now
-
 
 def test_a_time_budget_spaces_slow_reads(monkeypatch):
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(budget_module, "time", clock)
     b = TimeBudget(0.01)
     assert not b.due()  # not started
@@ -79,7 +73,7 @@ def test_a_time_budget_spaces_slow_reads(monkeypatch):
     assert b.spent == pytest.approx(0.0005 * len(reads))
 
 
-def _fake_nvml(calls: list, clock: _Clock) -> types.ModuleType:
+def _fake_nvml(calls: list, clock: FakeClock) -> types.ModuleType:
     nvml = types.ModuleType("pynvml")
     nvml.nvmlInit = lambda: None
     nvml.nvmlShutdown = lambda: None
@@ -103,7 +97,7 @@ def _fake_nvml(calls: list, clock: _Clock) -> types.ModuleType:
 
 def test_nvml_is_read_on_a_time_budget(monkeypatch):
     calls: list = []
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(calls, clock))
     monkeypatch.setattr(budget_module, "time", clock)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(uuid="abc"))

@@ -14,6 +14,7 @@ from memleak.probes import ProbeContext, Unavailable
 from memleak.probes.pinned import PinnedProbe, host_stats_reader, pinned_values
 from memleak.run import Run
 from memleak.schema import Kind
+from tests.helpers import FakeClock
 
 MiB = 1 << 20
 
@@ -74,19 +75,12 @@ def test_a_flat_pool_says_nothing():
     assert pinned.detect(_run([32 * MiB] * 40)) == []
 
 
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self):
-        return self.now
-
 
 def test_the_pool_is_read_on_a_time_budget(monkeypatch):
     from memleak.probes import budget as budget_module
     from memleak.probes import pinned as pinned_probe
 
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(budget_module, "time", clock)
 
     def read():
