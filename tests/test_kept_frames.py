@@ -55,3 +55,33 @@ def test_a_frame_only_a_traceback_keeps_is_named_by_its_local():
     ref = weakref.ref(tb.tb_next.tb_frame.f_locals["act"])
     assert name_by_referrers(ref) == "act (local of _fails, a frame kept by a traceback)"
     del tb
+
+
+def _auc(logits):
+    probs = logits.sigmoid()  # noqa: F841 (kept, with its graph, by the traceback)
+    raise ValueError("Only one class present in y_true")
+
+
+def test_caught_exceptions_kept_with_their_graphs_are_told_to_keep_the_message():
+    # kept tensors with graphs once got the retained-graph fix (no_grad, detach): the cause is the
+    # exception kept, whose traceback keeps the frame's locals
+    import memleak
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    errors = []
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(40):
+            logits = model(torch.randn(32, 64))
+            opt.zero_grad()
+            logits.pow(2).mean().backward()
+            opt.step()
+            try:
+                _auc(logits)
+            except ValueError as e:
+                errors.append(e)
+    top = tracker.report().suspects[0]
+    assert top.location == "errors", str(tracker.report())
+    assert "keep `str(e)` or `repr(e)` instead of the exception" in top.fix, top.fix

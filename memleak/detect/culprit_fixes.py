@@ -7,6 +7,7 @@ import re
 
 from ..holder_names import is_family, leaf_name, thread_local_parts
 from ..schema import Kind
+from ..units import fmt_bytes
 
 #: Said after a node count that is a lower bound (HolderRow.capped).
 NODES_LOWER_BOUND = " (a lower bound: the walk counts a bounded number of graphs)"
@@ -68,6 +69,42 @@ def culprit_fix(
             f"`register_buffer` with a fixed size."
         )
     return _container_fix(holder, hkind, grad)
+
+
+def bounded_fix(holder: str, capacity: int, item_bytes: float) -> str:
+    """The fix for a bounded container that grows towards a bound too large to wait for (it is
+    spared where the bound is near or small: culprits._spare_bounded)."""
+    return (
+        f"`{holder}` is bounded at {capacity} items, but they would hold about {fmt_bytes(item_bytes * capacity)}: "
+        "lower its bound, or keep numbers (`.item()`) or detached CPU copies (`t.detach().cpu()`) in it."
+    )
+
+
+def bare_graphs_fix(holder: str) -> str:
+    """The fix for grad_fns or autograd ctx objects kept without their tensors."""
+    return (
+        f"`{holder}` keeps autograd graph objects (a `grad_fn`, a custom Function's `ctx`) without their "
+        f"tensors, and each keeps its graph and what it saved for backward: keep what you need from them "
+        f"(a number, a shape) instead of the object, or clear it regularly."
+    )
+
+
+def kept_by_traceback(note: str) -> bool:
+    """Whether the walk reached a holder's tensors through a caught exception's traceback."""
+    return "kept through the traceback of a caught" in note
+
+
+def traceback_fix(holder: str, note: str) -> str:
+    """The fix for tensors that caught exceptions keep through their tracebacks (the walk's note
+    on the holder: probes/reach.exception_frames), else ''."""
+    if not kept_by_traceback(note):
+        return ""
+    return (
+        f"`{holder}` keeps caught exceptions, and each one's traceback keeps the frames it passed through "
+        f"with every local they had (tensors, their autograd graphs): keep `str(e)` or `repr(e)` instead "
+        f"of the exception, or let go of its frames first (`traceback.clear_frames(e.__traceback__)`, or "
+        f"`e.with_traceback(None)`)."
+    )
 
 
 def _metric_fix(holder: str, grad: str) -> str:

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from ..records import HolderRow, HoldersRecord
 from ..schema import Kind
 from ..units import fmt_bytes
-from .culprit_fixes import NODES_LOWER_BOUND, culprit_fix, grown_tensor_fix
+from .culprit_fixes import (
+    NODES_LOWER_BOUND,
+    bare_graphs_fix,
+    bounded_fix,
+    culprit_fix,
+    grown_tensor_fix,
+    kept_by_traceback,
+    traceback_fix,
+)
 from .culprit_table import Entries, entry
 from .keyed_holders import fold_keyed
 from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, keeps_new_highs, sustained_rise
@@ -159,6 +167,7 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
     steps, nbytes = h.steps, h.nbytes
     bps = (h.bytes_trend["slope"] if h.bytes_trend else 0.0) or (nbytes[-1] - nbytes[0]) / max(1, steps[-1] - steps[0])
     trends = (h.count_trend, h.bytes_trend, h.node_trend)
+    same = (h.old[-1] > 0) if chained else None  # the graph grows on one object kept (a running sum)
     f = entry(findings, name, kind=kind)
     f.update(
         kind=kind,
@@ -166,16 +175,7 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
         confidence=max(f["confidence"], max(t["confidence"] for t in trends if t)),
         bps=max(f["bps"], bps),
         total=max(f["total"], nbytes[-1]),
-        fix=culprit_fix(
-            kind,
-            name,
-            hkind,
-            chained,
-            has_grad,
-            saved_growing,
-            same_object=(h.old[-1] > 0) if chained else None,
-            arrays=_arrays(h.last),
-        ),
+        fix=culprit_fix(kind, name, hkind, chained, has_grad, saved_growing, same_object=same, arrays=_arrays(h.last)),
         data={
             **f["data"],
             "holder_kind": hkind,
@@ -189,6 +189,7 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             "bytes_only": not (h.count_trend or h.node_trend) and h.old[-1] == 0,
             # held in host memory on a device run (numpy arrays, CPU copies): the host series shows it
             "host": h.last.host_bytes >= 0.5 * h.last.bytes > 0,
+            "traceback": kept_by_traceback(h.last.note),  # its fix stays the exception's (saved_graphs)
         },
     )
     if h.node_trend:  # the rate the evidence gives, for the plots (the series runs past the walk's cap)
@@ -212,28 +213,15 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
 
 def _shaped_fix(name: str, h: _HolderSeries, hkind: str, chained: bool, has_grad: bool, bytes_only: bool) -> str:
     """The fix the holder's shape calls for, where its kind's does not fit ('' to keep that one): a
-    bounded container, one tensor grown by concatenation, graph objects kept without tensors."""
+    bounded container, one tensor grown by concatenation, exceptions kept with their tracebacks,
+    graph objects kept without tensors."""
     if h.last.capacity and not (chained or has_grad):
-        return _bounded_fix(name, h.last)
+        return bounded_fix(name, h.last.capacity, h.last.bytes / max(1, h.last.length))
     if bytes_only and not chained and h.last.count <= 2:
         return grown_tensor_fix(name, has_grad)
-    if _bare_graphs(h):  # grad_fns or autograd ctx objects, kept without their tensors
-        return (
-            f"`{name}` keeps autograd graph objects (a `grad_fn`, a custom Function's `ctx`) without their "
-            f"tensors, and each keeps its graph and what it saved for backward: keep what you need from them "
-            f"(a number, a shape) instead of the object, or clear it regularly."
-        )
-    return ""
-
-
-def _bounded_fix(name: str, last: HolderRow) -> str:
-    """The fix for a bounded container that grows towards a bound too large to wait for (it is
-    spared where the bound is near or small: culprits._spare_bounded)."""
-    full = fmt_bytes(last.bytes / max(1, last.length) * last.capacity)
-    return (
-        f"`{name}` is bounded at {last.capacity} items, but they would hold about {full}: lower its bound, or "
-        "keep numbers (`.item()`) or detached CPU copies (`t.detach().cpu()`) in it."
-    )
+    if fix := traceback_fix(name, h.last.note):  # caught exceptions kept, with their frames' locals
+        return fix
+    return bare_graphs_fix(name) if _bare_graphs(h) else ""
 
 
 def _arrays(last: HolderRow) -> str:
