@@ -407,8 +407,22 @@ def test_a_family_of_holders_made_one_per_step_is_told_to_reuse_or_drop_them():
     assert "made every step" in top.fix and "delattr" in top.fix, top.fix
 
 
+class _Trainer:
+    def __init__(self):
+        self.epoch_end_callbacks = []
+
+
+def callbacks_capture_outputs(model, opt, n):
+    trainer = _Trainer()
+    for _ in range(n):
+        out, loss = _step(model, opt)
+        trainer.epoch_end_callbacks.append(lambda loss=loss, out=out: print(float(loss), float(out.std())))
+
+
 @pytest.mark.parametrize("loop, says", [
     (linked_list, "`head` is a chain of objects"),
+    # lambdas that bind a step's tensors as default arguments, one a step: not a list of tensors
+    (callbacks_capture_outputs, "`trainer.epoch_end_callbacks` keeps callbacks (lambdas, closures, partials)"),
     (queue_nobody_reads, "`q` is a multiprocessing.Queue that nothing empties"),
     # a queue.Queue whose consumer thread died: named by the queue, not as `q.queue`
     (queue_whose_consumer_died, "`q` is a queue between threads (queue.Queue, SimpleQueue) whose items pile up"),

@@ -61,6 +61,8 @@ def culprit_fix(
         )
     if hkind == "metric_state":
         return _metric_fix(holder, grad)
+    if hkind == "callback":
+        return _callback_fix(holder)
     if kind == Kind.CACHED_TENSOR:
         return (
             f"the module attribute `{holder}` gains tensors every forward: do not cache on `self` across "
@@ -104,6 +106,15 @@ def traceback_fix(holder: str, note: str) -> str:
         f"with every local they had (tensors, their autograd graphs): keep `str(e)` or `repr(e)` instead "
         f"of the exception, or let go of its frames first (`traceback.clear_frames(e.__traceback__)`, or "
         f"`e.with_traceback(None)`)."
+    )
+
+
+def _callback_fix(holder: str) -> str:
+    return (
+        f"`{holder}` keeps callbacks (lambdas, closures, partials) that capture tensors, in their closures "
+        f"or default arguments (`lambda loss=loss: ...`), and gains one every step: capture numbers "
+        f"(`loss.item()`) or detached copies instead, drop each callback once it has run (clear the list), "
+        f"or register one callback that reads the latest values."
     )
 
 

@@ -40,6 +40,7 @@ _WHERE = {
     "global": "the global",
     "local": "the variable",
     "hook": "the hook object",
+    "callback": "the callback list",
     "default_arg": "the default argument",
     "finalizer": "the weakref.finalize-kept",
     "lru_cache": "the lru_cache of",

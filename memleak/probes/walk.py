@@ -29,12 +29,14 @@ from .walk_scope import (
     LRU_CACHES,
     MODULE_SKIP,
     NAMED_KEYS,
+    OPAQUE,
     SCALARS,
     SEQ_SAMPLE,
     SEQUENCES,
     TENSOR_HOOK_DICTS,
     c_fields,
     c_note,
+    callback_kind,
     child_holder,
     filled_slots,
     is_metric,
@@ -48,9 +50,6 @@ from .walk_scope import (
     skipped,
     top_package,
 )
-
-# Objects whose insides are never walked: code, classes, modules, weak references.
-_OPAQUE = (types.ModuleType, type, types.CodeType, types.GeneratorType, weakref.ref)
 
 
 class Walk(HolderTally):
@@ -165,7 +164,7 @@ class Walk(HolderTally):
             self._graph_node(obj, holder or path, kind, weight, note)
             if opened_inside(t):  # a custom Function's ctx: what it stores as attributes
                 self._attrs(obj, path, holder, kind, weight, note)
-        elif isinstance(obj, _OPAQUE) or skipped(t):
+        elif isinstance(obj, OPAQUE) or skipped(t):
             if (held := reach.async_result(obj)) is not None:  # a collective's Work, a torch Future
                 self._sequence(held, path, holder or path, kind, weight, note)
             elif kind == "hook" or opened_inside(t):
@@ -214,9 +213,9 @@ class Walk(HolderTally):
 
     def _function(self, fn, path, holder, kind, weight, note) -> None:
         if holder is not None and "[...]" in path:  # a callback in a container: the container holds it
-            # its captured variables, and its default arguments (`lambda o=o: ...` binds a value)
+            kind, note = callback_kind(kind), note or f"captured by {fn_name(fn)}"  # its cells, default args
             for name, value in itertools.chain(closure_items(fn), default_items(fn)):
-                self.push(value, f"{path}.{name}", holder, kind, weight, note or f"captured by {fn_name(fn)}")
+                self.push(value, f"{path}.{name}", holder, kind, weight, note)
             return
         for k, v in getattr(fn, "__dict__", {}).items():  # what code hung on it (`train_step.seen = []`)
             self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)

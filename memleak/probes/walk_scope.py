@@ -12,7 +12,9 @@ import itertools
 import multiprocessing.queues
 import queue
 import sys
+import types
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -305,6 +307,17 @@ MP_QUEUES = (multiprocessing.queues.Queue,)
 MP_QUEUE_NOTE = "put on a multiprocessing.Queue that nothing empties: kept until its feeder thread sends it"
 THREAD_QUEUE_NOTE = "put on a queue between threads and not yet taken by get(): kept until a consumer takes it"
 EXECUTOR_NOTE = "submitted to a ThreadPoolExecutor and not yet run: kept, with its arguments, until a worker runs it"
+
+
+#: Objects whose insides are never walked: code, classes, modules, weak references.
+OPAQUE = (types.ModuleType, type, types.CodeType, types.GeneratorType, weakref.ref)
+
+
+def callback_kind(kind: str) -> str:
+    """The kind of what a function kept in a container captures (a list of callbacks, each a lambda
+    or closure over tensors): "callback", where the container was a plain variable, attribute or
+    global (a hook object, a thread's arguments, a cache keep their own kind and fix)."""
+    return "callback" if kind in ("local", "global", "class_attr", "module_attr", "closure") else kind
 
 
 def is_metric(mod: Any) -> bool:
