@@ -458,14 +458,14 @@ def test_holders_that_live_as_long_as_a_function_get_the_fix_of_their_kind(hkind
 
 
 def test_an_attribute_list_is_not_called_a_metric_s_state():
-    """`hist.samples` is as often a plain list as a metric's state: the fix says what to keep or how
-    to bound it, and mentions a metric's reset() only as a case, not as what the holder is."""
+    """`hist.samples` of an object that is no metric (a replay buffer, a snapshot list) is told what
+    to keep or how to bound it; a metric's state has its own kind, told apart by the walk."""
     from memleak.detect.culprit_fixes import culprit_fix
     from memleak.schema import Kind
 
     fix = culprit_fix(Kind.SURVIVING_TENSORS, "hist.samples", "global", chained=False, has_grad=False, saved_growing=False)
     assert fix.startswith("`hist.samples` keeps gaining tensors") and "accumulator" not in fix, fix
-    assert "If it is a metric's state" in fix
+    assert "metric" not in fix and "reset()" not in fix, fix
     plain = culprit_fix(Kind.SURVIVING_TENSORS, "history", "global", chained=False, has_grad=False, saved_growing=False)
     assert "reset()" not in plain, plain
 
@@ -675,3 +675,31 @@ def test_a_metric_on_the_model_never_reset_is_told_to_reset_not_to_stop_caching(
     assert top.location == "train_auroc.preds" and top.kind.value == "surviving_tensors", str(tracker.report())
     assert "call `train_auroc.reset()` after `train_auroc.compute()`" in top.fix, top.fix
     assert "the metric state train_auroc.preds holds" in top.evidence[0]
+
+
+class _IgniteLikeAccuracy:
+    """A metric that is no module (ignite's Metric): update, compute, reset."""
+
+    def __init__(self):
+        self.preds = []
+
+    def update(self, preds):
+        self.preds.append(preds)
+
+    def compute(self):
+        return torch.cat(self.preds).mean()
+
+    def reset(self):
+        self.preds = []
+
+
+def test_a_metric_that_is_no_module_is_a_metric_state_too():
+    model, opt = _model_and_optimizer()
+    accuracy = _IgniteLikeAccuracy()
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(40):
+            out, _ = _step(model, opt)
+            accuracy.update(out.detach())
+    top = tracker.report().suspects[0]
+    assert top.location == "accuracy.preds", str(tracker.report())
+    assert "call `accuracy.reset()` after `accuracy.compute()`" in top.fix, top.fix

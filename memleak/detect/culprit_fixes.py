@@ -229,11 +229,10 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             "memleak does not read other threads' running frames). Break the cycle, `.detach()` what is "
             "stored, register such a callback once, with no tensor, or keep numbers in that thread."
         )
-    # an attribute may be a metric's state, whose own reset() empties it (torchmetrics), or a plain list
-    reset = " If it is a metric's state, its `reset()` after each `compute()` empties it." if "." in holder else ""
+    # a metric's state (an object with update, compute and reset) has its own kind and fix (_metric_fix)
     return (
         f"`{holder}` keeps gaining tensors: append a number (`loss.item()`) or a detached copy "
-        f"(`t.detach().cpu()`), bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}.{reset}"
+        f"(`t.detach().cpu()`), bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
     )
 
 

@@ -257,6 +257,7 @@ class Walk(HolderTally):
 
     def _attrs(self, obj, path, holder, kind, weight, note) -> None:
         d = getattr(obj, "__dict__", None)
+        kind = "metric_state" if is_metric(obj) else kind  # a metric that is no module (ignite's)
         if isinstance(d, dict):
             self._bound_children(obj, d, path)
             link = next((k for k, v in d.items() if type(v) is type(obj)), None)

@@ -321,7 +321,7 @@ def callback_kind(kind: str) -> str:
 
 
 def is_metric(mod: Any) -> bool:
-    """A metric module (torchmetrics' Metric, or any module with update, compute and reset): its
+    """A metric (torchmetrics' Metric, ignite's, or any object with update, compute and reset): its
     states keep every update until reset()."""
     return all(callable(getattr(type(mod), m, None)) for m in ("update", "compute", "reset"))
 
