@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 
-from .detect.thresholds import TENSOR_HOST_OVERHEAD
+from .detect.thresholds import GRAD_FN_HOST_OVERHEAD, TENSOR_HOST_OVERHEAD
 from .schema import HOST_COLUMNS, Finding, Kind, Suspect
 from .units import fmt_bytes, where_ranks
 
@@ -110,6 +110,10 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
         detectors = tuple(OrderedDict.fromkeys([*top.detectors, *(d for s in folded for d in s.detectors)]))
         # the growth it explains is the culprit's own (a graph's nodes are not counted as tensor bytes)
         bps, total = top.bytes_per_step, top.total_bytes
+        on_host = next((s for s in folded if s.location in HOST_COLUMNS), None)
+        if on_host is not None:  # on the host, what each tensor it gains costs beyond its data is its growth too
+            bps = max(bps, _adds(top, on_host, findings))
+            total = max(total, on_host.total_bytes * min(1.0, bps / max(on_host.bytes_per_step, 1.0)))
         if graphs:
             bps = max([bps, *(s.bytes_per_step for s in folded)])
             total = max([total, *(s.total_bytes for s in folded)])
@@ -148,7 +152,9 @@ def _adds(culprit: Suspect, symptom: Suspect, findings: list[Finding]) -> float:
     for f in findings:
         count, steps = (f.data.get("count"), f.data.get("steps")) if isinstance(f.data, dict) else (None, None)
         if f.location == culprit.location and count and steps and len(count) >= 2 and steps[-1] > steps[0]:
-            return bps + TENSOR_HOST_OVERHEAD * max(0.0, (count[-1] - count[0]) / (steps[-1] - steps[0]))
+            span, grad = steps[-1] - steps[0], f.data.get("grad") or (0, 0)
+            objects = TENSOR_HOST_OVERHEAD * max(0.0, (count[-1] - count[0]) / span)
+            return bps + objects + GRAD_FN_HOST_OVERHEAD * max(0.0, (grad[-1] - grad[0]) / span)
     return bps
 
 

@@ -182,6 +182,7 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             "holder_kind": hkind,
             "steps": steps,
             "count": h.count,
+            "grad": h.grad,  # of them carrying a grad_fn (their nodes cost the host more: suspects._adds)
             "bytes": nbytes,
             "nodes": h.nodes,
             "chained": chained,

@@ -20,6 +20,9 @@ MIN_DATA_BPS = 2 * 1024
 #: tensors of 1 to 16384 floats kept in a dict). A holder of many small tensors (a memo of short
 #: samples, 0-d losses) grows the heap by several times their bytes.
 TENSOR_HOST_OVERHEAD = 390
+#: ...and what its autograd node costs there when it carries one of its own (a 0-d view of a per-sample
+#: loss keeps its SelectBackward0: 1,127 B a view with its graph against 534 B without, torch 2.13).
+GRAD_FN_HOST_OVERHEAD = 590
 
 
 def min_rel_growth(column: str | None, accelerator: bool = False) -> float:
