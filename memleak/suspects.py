@@ -103,22 +103,7 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
             )
     if folded:
         top = culprits[0]
-        lines = tuple(
-            f"the symptom it explains: {s.kind.value} of {s.location}" + (f" ({s.evidence[0]})" if s.evidence else "")
-            for s in folded
-        )
-        detectors = tuple(OrderedDict.fromkeys([*top.detectors, *(d for s in folded for d in s.detectors)]))
-        # the growth it explains is the culprit's own (a graph's nodes are not counted as tensor bytes)
-        bps, total = top.bytes_per_step, top.total_bytes
-        on_host = next((s for s in folded if s.location in HOST_COLUMNS), None)
-        if on_host is not None:  # on the host, what each tensor it gains costs beyond its data is its growth too
-            bps = max(bps, _adds(top, on_host, findings))
-            total = max(total, on_host.total_bytes * min(1.0, bps / max(on_host.bytes_per_step, 1.0)))
-        if graphs:
-            bps = max([bps, *(s.bytes_per_step for s in folded)])
-            total = max([total, *(s.total_bytes for s in folded)])
-        explained = replace(top, evidence=(*top.evidence, *lines), detectors=detectors)
-        explained = replace(_as_graph(explained, bps, findings), bytes_per_step=bps, total_bytes=total)
+        explained = _explained(top, folded, graphs, findings)
         out = [explained if s is top else s for s in out]
     return out
 
@@ -141,6 +126,26 @@ def _bounded_growth(ranked: list[Suspect], findings: list[Finding]) -> list[Susp
             s = replace(s, leak=False, evidence=(*s.evidence, why), fix=fix)
         out.append(s)
     return out
+
+
+def _explained(top: Suspect, folded: list[Suspect], graphs: bool, findings: list[Finding]) -> Suspect:
+    """The top culprit with the growth it explains (`folded`) as its evidence, and as its size."""
+    lines = tuple(
+        f"the symptom it explains: {s.kind.value} of {s.location}" + (f" ({s.evidence[0]})" if s.evidence else "")
+        for s in folded
+    )
+    detectors = tuple(OrderedDict.fromkeys([*top.detectors, *(d for s in folded for d in s.detectors)]))
+    # the growth it explains is the culprit's own (a graph's nodes are not counted as tensor bytes)
+    bps, total = top.bytes_per_step, top.total_bytes
+    on_host = next((s for s in folded if s.location in HOST_COLUMNS), None)
+    if on_host is not None:  # on the host, what each tensor it gains costs beyond its data is its growth too
+        bps = max(bps, _adds(top, on_host, findings))
+        total = max(total, on_host.total_bytes * min(1.0, bps / max(on_host.bytes_per_step, 1.0)))
+    if graphs:
+        bps = max([bps, *(s.bytes_per_step for s in folded)])
+        total = max([total, *(s.total_bytes for s in folded)])
+    explained = replace(top, evidence=(*top.evidence, *lines), detectors=detectors)
+    return replace(_as_graph(explained, bps, findings), bytes_per_step=bps, total_bytes=total)
 
 
 def _adds(culprit: Suspect, symptom: Suspect, findings: list[Finding]) -> float:
