@@ -677,6 +677,20 @@ def test_a_metric_on_the_model_never_reset_is_told_to_reset_not_to_stop_caching(
     assert "the metric state train_auroc.preds holds" in top.evidence[0]
 
 
+def test_a_metric_module_outside_the_model_is_a_metric_state_too():
+    # torchmetrics' Metric in a variable of the loop, not on the model: its list states get the
+    # metric's fix as on the model (the module walk told metrics apart only on the model)
+    model, opt = _model_and_optimizer()
+    metric = _AUROCLike()
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(40):
+            out, _ = _step(model, opt)
+            metric.update(out.detach(), torch.zeros(32))
+    top = tracker.report().suspects[0]
+    assert top.location == "metric.preds", str(tracker.report())
+    assert "call `metric.reset()` after `metric.compute()`" in top.fix, top.fix
+
+
 class _IgniteLikeAccuracy:
     """A metric that is no module (ignite's Metric): update, compute, reset."""
 

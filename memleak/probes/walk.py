@@ -237,8 +237,9 @@ class Walk(HolderTally):
         if fr is not None and not is_internal(fr[0].f_code):
             # a generator's locals are named by their own variables, unless a container holds it; a
             # coroutine's always: it is a task's, reached through the event loop's callbacks
-            own = None if holder is not None and "[...]" in path and not isinstance(obj, types.CoroutineType) else fr[1]
-            what = "coroutine" if isinstance(obj, types.CoroutineType) else "generator"
+            coroutine = isinstance(obj, types.CoroutineType)
+            own = None if holder is not None and "[...]" in path and not coroutine else fr[1]
+            what = "coroutine" if coroutine else "generator"
             self._frame(fr[0], path, holder, kind, weight, f"a local of a suspended {what}, reached as {path}", own)
 
     def _frame(self, f, path, holder, kind, weight, note, own: str | None = None) -> None:
@@ -339,9 +340,8 @@ class Walk(HolderTally):
     def _module(self, mod, path, holder, kind, weight, note) -> None:
         name = self.module_names.get(id(mod))
         if name is not None:  # part of the tracked model: name it by its module path
-            path = name
-            kind = "metric_state" if is_metric(mod) else "module_attr"
-            holder = None
+            path, kind, holder = name, "module_attr", None
+        kind = "metric_state" if is_metric(mod) else kind  # torchmetrics' Metric, on the model or not
         d = mod.__dict__
         for k, v in d.items():
             if k in MODULE_SKIP or isinstance(v, SCALARS):
