@@ -55,3 +55,18 @@ def thread_local_parts(holder: str) -> tuple[str, str] | None:
 def is_thread_local(holder: str) -> bool:
     """Whether `holder` was named by `thread_local_name`."""
     return thread_local_parts(holder) is not None
+
+
+#: How the walk's note on tensors a caught exception's traceback keeps begins (probes/reach.py);
+#: the fix for such a holder is told by it (detect/culprit_fixes.py).
+_TRACEBACK_NOTE = "kept through the traceback of a caught"
+
+
+def traceback_note(exception: str, function: str) -> str:
+    """The note on the locals of `function`'s frame that a caught `exception` keeps."""
+    return f"{_TRACEBACK_NOTE} {exception}: a local of {function}(), which returned long ago"
+
+
+def is_traceback_note(note: str) -> bool:
+    """Whether `note` was made by `traceback_note` (or holds one)."""
+    return _TRACEBACK_NOTE in note

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..holder_names import is_family, leaf_name, thread_local_parts
+from ..holder_names import is_family, is_traceback_note, leaf_name, thread_local_parts
 from ..schema import Kind
 from ..units import fmt_bytes
 
@@ -91,15 +91,10 @@ def bare_graphs_fix(holder: str) -> str:
     )
 
 
-def kept_by_traceback(note: str) -> bool:
-    """Whether the walk reached a holder's tensors through a caught exception's traceback."""
-    return "kept through the traceback of a caught" in note
-
-
 def traceback_fix(holder: str, note: str) -> str:
     """The fix for tensors that caught exceptions keep through their tracebacks (the walk's note
     on the holder: probes/reach.exception_frames), else ''."""
-    if not kept_by_traceback(note):
+    if not is_traceback_note(note):
         return ""
     return (
         f"`{holder}` keeps caught exceptions, and each one's traceback keeps the frames it passed through "

@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..holder_names import is_traceback_note
 from ..records import HolderRow, HoldersRecord
 from ..schema import Kind
 from ..units import fmt_bytes
@@ -16,7 +17,6 @@ from .culprit_fixes import (
     bounded_fix,
     culprit_fix,
     grown_tensor_fix,
-    kept_by_traceback,
     traceback_fix,
 )
 from .culprit_table import Entries, entry
@@ -191,7 +191,7 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             "bytes_only": not (h.count_trend or h.node_trend) and h.old[-1] == 0,
             # held in host memory on a device run (numpy arrays, CPU copies): the host series shows it
             "host": h.last.host_bytes >= 0.5 * h.last.bytes > 0,
-            "traceback": kept_by_traceback(h.last.note),  # its fix stays the exception's (saved_graphs)
+            "traceback": is_traceback_note(h.last.note),  # its fix stays the exception's (saved_graphs)
         },
     )
     if h.node_trend:  # the rate the evidence gives, for the plots (the series runs past the walk's cap)

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..holder_names import traceback_note
 from .frames import is_internal
 
 #: Optimizer attributes that are its legitimate, bounded structures (or hook registries).
@@ -237,13 +238,7 @@ def exception_frames(exc: BaseException, limit: int = 8) -> Iterator[tuple[Any, 
             f = tb.tb_frame
             if id(f) not in seen:
                 seen.add(id(f))
-                yield (
-                    f,
-                    (
-                        f"kept through the traceback of a caught {type(e).__name__}: a local of "
-                        f"{_where(f)}(), which returned long ago"
-                    ),
-                )
+                yield f, traceback_note(type(e).__name__, _where(f))
             tb = tb.tb_next
 
 
