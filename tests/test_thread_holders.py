@@ -283,3 +283,48 @@ async def aggregator(inbox):
     window = []
     while True:
         window.append(await inbox.get())
+
+
+def _prefetch(out, stop):
+    import queue
+
+    made = []  # every batch this thread made: only its running frame holds the list
+    while not stop.is_set():
+        x = torch.randn(64, 256)
+        made.append(x)
+        try:
+            out.put(x, timeout=0.1)
+        except queue.Full:
+            made.pop()
+
+
+def test_growth_kept_by_another_threads_local_says_where_the_walk_does_not_look():
+    """Tensors made and kept by another thread are neither tagged (creation sites are tagged in
+    the training thread) nor walked (its running frames are not read): the heap's growth is
+    reported, and its fix names another thread's variables among the places to look."""
+    import queue
+
+    from torch import nn
+
+    import memleak
+
+    q, stop = queue.Queue(maxsize=2), threading.Event()
+    thread = threading.Thread(target=_prefetch, args=(q, stop), daemon=True)
+    thread.start()
+    model = nn.Linear(256, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    try:
+        with memleak.track(model, optimizer=opt, level="full") as tracker:
+            for _ in range(50):
+                loss = model(q.get(timeout=10)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    finally:
+        stop.set()
+        thread.join(10)
+    report = tracker.report()
+    assert report.verdict.value == "leak", str(report)
+    fix = " ".join(report.suspects[0].fix.split())
+    assert "found no holder that grows without bound" in fix, str(report)
+    assert "another thread" in fix and "prefetcher" in fix, fix
