@@ -171,6 +171,7 @@ def test_leak_fix_asks_for_full_detail_only_where_the_run_had_none():
     (f,) = growth_detect(_linear("full"))
     assert 'level="full"' not in f.fix and "full detail on 60 steps" in f.fix and "tracemalloc" in f.fix
     assert "found no holder that grows without bound" in f.fix  # a bounded one it named is no answer
+    assert "a local variable of a function another thread runs" in " ".join(f.fix.split())
     events = [
         {"event": "detail", "step": 0, "level": "full", "reason": "start"},
         {"event": "detail", "step": 32, "level": "counters", "reason": "window_end"},

@@ -9,6 +9,7 @@ import sys
 import threading
 import weakref
 
+import pytest
 import torch
 
 from memleak.probes.holders import walk_roots
@@ -285,10 +286,13 @@ async def aggregator(inbox):
         window.append(await inbox.get())
 
 
-def _prefetch(out, stop):
+
+
+def prefetcher(out, stop):
+    """Makes batches and, a debugging aid left in, keeps each in a local list."""
     import queue
 
-    made = []  # every batch this thread made: only its running frame holds the list
+    made = []
     while not stop.is_set():
         x = torch.randn(64, 256)
         made.append(x)
@@ -298,10 +302,24 @@ def _prefetch(out, stop):
             made.pop()
 
 
-def test_growth_kept_by_another_threads_local_says_where_the_walk_does_not_look():
-    """Tensors made and kept by another thread are neither tagged (creation sites are tagged in
-    the training thread) nor walked (its running frames are not read): the heap's growth is
-    reported, and its fix names another thread's variables among the places to look."""
+def bounded_prefetcher(out, stop):
+    """The same, keeping the last four batches only."""
+    import collections
+    import queue
+
+    made = collections.deque(maxlen=4)
+    while not stop.is_set():
+        x = torch.randn(64, 256)
+        made.append(x)
+        try:
+            out.put(x, timeout=0.1)
+        except queue.Full:
+            pass
+
+
+def _prefetching(target, level: str, steps: int = 50):
+    """A loop fed by a thread running `target` (made there, its container is held by its running
+    frame only)."""
     import queue
 
     from torch import nn
@@ -309,13 +327,13 @@ def test_growth_kept_by_another_threads_local_says_where_the_walk_does_not_look(
     import memleak
 
     q, stop = queue.Queue(maxsize=2), threading.Event()
-    thread = threading.Thread(target=_prefetch, args=(q, stop), daemon=True)
+    thread = threading.Thread(target=target, args=(q, stop), daemon=True)
     thread.start()
     model = nn.Linear(256, 10)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     try:
-        with memleak.track(model, optimizer=opt, level="full") as tracker:
-            for _ in range(50):
+        with memleak.track(model, optimizer=opt, level=level) as tracker:
+            for _ in range(steps):
                 loss = model(q.get(timeout=10)).pow(2).mean()
                 opt.zero_grad()
                 loss.backward()
@@ -323,8 +341,53 @@ def test_growth_kept_by_another_threads_local_says_where_the_walk_does_not_look(
     finally:
         stop.set()
         thread.join(10)
-    report = tracker.report()
+    return tracker.report(), thread
+
+
+@pytest.mark.parametrize("level", ["auto", "full"])
+def test_a_list_another_thread_fills_with_what_it_makes_is_named(level):
+    """Tensors made and kept by another thread are neither tagged (creation sites are tagged in
+    the training thread) nor walked (its running frames are not read): a scan of the live tensors
+    finds them unreached, and gc referrers and the thread function's code name their list."""
+    report, thread = _prefetching(prefetcher, level)
     assert report.verdict.value == "leak", str(report)
-    fix = " ".join(report.suspects[0].fix.split())
-    assert "found no holder that grows without bound" in fix, str(report)
-    assert "another thread" in fix and "prefetcher" in fix, fix
+    top = report.suspects[0]
+    assert top.location == f"made (local of prefetcher() in thread {thread.name!r})", str(report)
+    assert "a local variable of prefetcher() running in another thread" in " ".join(top.fix.split())
+
+
+def test_a_bounded_container_another_thread_fills_is_no_leak():
+    report, _ = _prefetching(bounded_prefetcher, "full")
+    assert report.verdict.value != "leak", str(report)
+    assert not [s for s in report.suspects if "prefetcher" in s.location], str(report)
+
+
+def test_live_tensors_are_listed_only_while_a_thread_of_the_users_runs(monkeypatch):
+    from torch import nn
+
+    import memleak
+    from memleak.probes import thread_held
+
+    assert not thread_held.user_thread_running()  # pytest's own threads, if any, are no user code
+    listed = []
+    real = thread_held.live_tensors
+    monkeypatch.setattr(thread_held, "live_tensors", lambda: listed.append(1) or real())
+    model = nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memleak.track(model, optimizer=opt, level="full"):
+        for _ in range(20):
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    assert listed == []
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, args=(10,), daemon=True)
+    thread.start()
+    try:
+        assert not thread_held.user_thread_running()  # a library's function as the target
+        user = threading.Thread(target=lambda: stop.wait(10), daemon=True)
+        user.start()
+        assert thread_held.user_thread_running()
+    finally:
+        stop.set()
+        thread.join(10)
+        user.join(10)

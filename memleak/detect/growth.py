@@ -53,8 +53,8 @@ LEAK_FIX = (
 LEAK_FIX_AFTER_FULL = (
     "memleak looked with full detail on {steps} and found no holder that grows without bound: what "
     "grows is kept where its walk "
-    "does not reach (a local variable of a function running in another thread, such as a prefetcher "
-    "that keeps what it makes: the walk reads the training thread's variables only; a C extension's "
+    "does not reach (a local variable of a function another thread runs, one it could not name from "
+    "that function's code: running threads' frames are not read; a C extension's "
     "or a library's own cache; an object it skips) or is not Python "
     "objects at all (native allocations); tracemalloc snapshots two steps apart show the growing site."
 )

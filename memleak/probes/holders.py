@@ -25,6 +25,7 @@ import sys
 import threading
 import types
 import weakref
+from typing import TYPE_CHECKING
 
 from ..records import HoldersRecord
 from . import reach
@@ -45,11 +46,16 @@ from .stores import find_store, source_regions
 from .walk import Walk
 from .walk_scope import library_classes
 
+if TYPE_CHECKING:
+    from .thread_held import ThreadHeld
+
 # Holders of plain Python data only (no tensor) recorded from this many bytes: a config dict or a
 # short list of floats is not worth a row at every walk; growth past it is seen as it starts.
 _MIN_DATA_BYTES = 16 * 1024
 # Holders, largest first, whose storing line is looked up in the source.
 _STORES_LOOKED_UP = 20
+# How a container found by thread_held.py is said to be reached.
+_THREAD_NOTE = "a local of a function another thread runs (named from its code: running threads' frames are not read)"
 # Live weakref.finalize callbacks of the user's code walked at most from each end of the registry.
 _FINALIZERS_SAMPLED = 16
 
@@ -68,10 +74,12 @@ def walk_roots(
     prev_roots: dict[str, Roots] | None = None,
     traces_since: int = 0,
     modules: Modules | None = None,
+    thread_held: ThreadHeld | None = None,
 ) -> Walk:
     """Walk from the frames' locals, their globals, and the model tree (and, with frames, the
     functions torch.jit.trace made after the first `traces_since`). `modules`: the model's
-    (`identity.model_modules`), when the caller has them already."""
+    (`identity.model_modules`), when the caller has them already. `thread_held`: the run's scans
+    for what other threads keep (thread_held.py), when one is due."""
     mods = model_modules(model) if modules is None else modules
     classes = list(dict.fromkeys(type(m) for _, m in mods))  # where the model's code and globals are
     w = Walk(
@@ -105,14 +113,24 @@ def walk_roots(
         _add_global_hooks(w)
         add_traced(w, traces_since)
     try:
-        w.run(finish=False)
-        for root in later:
-            w.add_root(*root)
-        w.run()
+        _run(w, later, thread_held)
     finally:
         release_snapshots(snapshots, w.snapshots)
         w.snapshots = []
     return w
+
+
+def _run(w: Walk, later: list[tuple], thread_held: ThreadHeld | None) -> None:
+    """Walk the roots queued, then the loop variables (`later`), then what other threads keep
+    (when a scan is due), and total the holders."""
+    w.run(finish=False)
+    for root in later:
+        w.add_root(*root)
+    if thread_held is not None and thread_held.due():
+        w.run(finish=False)
+        for container, name in thread_held.roots(w.visited, w.exclude):
+            w.add_root(container, name, "local", _THREAD_NOTE)
+    w.run()
 
 
 def holders_record(

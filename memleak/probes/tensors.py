@@ -51,6 +51,7 @@ from .optimizer_params import StartParams
 from .referrers import name_by_referrers
 from .survivors import Survivors, birth_cohorts, cohorts_per_site, group_births, name_site, saved_cohorts
 from .tagging import MAX_TAGS, Box, Tagging, stacks_empty, sweep
+from .thread_held import ThreadHeld
 
 # Deep steps whose tags are kept for checking.
 MAX_COHORTS = 12
@@ -84,6 +85,7 @@ class TensorProbe(Probe):
         self.start_params = StartParams(ctx.optimizer_ref())  # without a model: the optimizer's now are its
         self.traces_at_start = len(traced_functions())  # the compilation unit's earlier traces: not the loop's
         self.ages = Ages()
+        self.thread_held = ThreadHeld()  # what other threads make and keep (thread_held.py)
         self.births: dict[int, tuple[Any, int, str]] = {}  # id -> (weakref, step, site)
         self.saved: list[tuple] = []  # (weakref to the box, step, storage ptr, bytes, site)
         self.saved_tagged: dict[int, list[int]] = {}
@@ -277,6 +279,7 @@ class TensorProbe(Probe):
             prev_roots=self.prev_roots,
             traces_since=self.traces_at_start,
             modules=modules,
+            thread_held=self.thread_held,
         )
         del frames
         walk_seconds = time.perf_counter() - t0
