@@ -1,8 +1,9 @@
 """The twin of leak_thread_prefetcher_keeps_batches: the prefetch thread keeps the last four
 batches it made in a deque(maxlen=4), a bounded window, and nothing more. Memory stays flat.
 
-Real case: pytorch https://github.com/pytorch/pytorch/issues/64412, the thread-side loader whose
-memory stopped growing once the thread kept nothing beyond what it handed over.
+Real case: pytorch https://github.com/pytorch/pytorch/issues/64412, a loader thread whose memory
+grew while the thread kept its tensors (a comment there reports no leak once the thread handed its
+data over instead); this twin keeps a bounded window, which must read as no leak.
 """
 import collections
 import queue
