@@ -82,6 +82,26 @@ def test_ranking_merges_one_cause_and_puts_culprits_above_symptoms():
     assert top.evidence[-1] == "the symptom it explains: linear_growth of allocated_bytes (growth saw allocated_bytes)"
 
 
+def test_entries_of_one_container_stored_by_one_line_are_one_suspect():
+    """An EMA's shadow weights recomputed without no_grad: each entry keeps a growing graph, one
+    line stores them all, and the report names one cause, not one suspect per parameter."""
+
+    def entry(key, nbytes, line="train.py:16"):
+        f = _finding(Kind.RETAINED_GRAPH, f"ema.shadow['{key}']", 0.9, nbytes=nbytes, detector="graphs")
+        return replace(f, evidence=(f"ema.shadow['{key}'] is filled at {line}, the line in your code that stores into it",))
+
+    findings = [entry("0.weight", 4 * MIB), entry("0.bias", MIB), entry("2.weight", 2 * MIB),
+                _finding(Kind.RETAINED_GRAPH, "other['x']", 0.8, nbytes=MIB, detector="graphs")]
+    suspects = rank(findings)
+    assert [s.location for s in suspects] == ["ema.shadow['0.weight']", "other['x']"]
+    top = suspects[0]
+    assert top.bytes_per_step == 7 * MIB and top.total_bytes == 30 * 7 * MIB
+    assert "2 more entries of ema.shadow leak the same way (['2.weight'], ['0.bias'])" in top.evidence[-1]
+    # stored by another line: another cause, its own suspect
+    findings[1] = entry("0.bias", MIB, line="train.py:40")
+    assert [s.location for s in rank(findings)] == ["ema.shadow['0.weight']", "ema.shadow['0.bias']", "other['x']"]
+
+
 def test_growth_the_culprits_do_not_explain_stays_a_suspect():
     findings = [_finding(Kind.LINEAR_GROWTH, "allocated_bytes", 0.99, nbytes=10 * MIB, detector="growth"),
                 _finding(Kind.SURVIVING_TENSORS, "history", 0.9, nbytes=MIB, detector="survivors")]
