@@ -391,3 +391,15 @@ def test_live_tensors_are_listed_only_while_a_thread_of_the_users_runs(monkeypat
         stop.set()
         thread.join(10)
         user.join(10)
+
+
+def test_a_scan_that_fails_stops_the_scans_not_the_walk(monkeypatch):
+    from memleak.probes import thread_held
+
+    def boom():
+        raise RuntimeError("a strange object")
+
+    monkeypatch.setattr(thread_held, "live_tensors", boom)
+    report, _ = _prefetching(prefetcher, "full", steps=30)
+    assert report.run.holders, "the walks went on"  # the tensor probe was not turned off
+    assert not [e for e in report.run.events if e.get("event") == "probe_failed"]

@@ -128,7 +128,12 @@ def _run(w: Walk, later: list[tuple], thread_held: ThreadHeld | None) -> None:
         w.add_root(*root)
     if thread_held is not None and thread_held.due():
         w.run(finish=False)
-        for container, name in thread_held.roots(w.visited, w.exclude):
+        try:
+            found = thread_held.roots(w.visited, w.exclude)
+        except Exception:  # a strange object met in the scan: no more scans, the walk goes on
+            thread_held.give_up()
+            found = []
+        for container, name in found:
             w.add_root(container, name, "local", _THREAD_NOTE)
     w.run()
 

@@ -56,6 +56,10 @@ class ThreadHeld:
         self.last: dict[int, weakref.ref] = {}
         self.followed: list[tuple[str, int, list[weakref.ref]]] = []  # (name, id of container, its tensors)
 
+    def give_up(self) -> None:
+        """No more scans nor follows this run (one failed)."""
+        self.scans, self.followed = MAX_SCANS, []
+
     def due(self) -> bool:
         return (bool(self.followed) or self.scans < MAX_SCANS) and user_thread_running()
 
