@@ -302,6 +302,20 @@ def prefetcher(out, stop):
             made.pop()
 
 
+def pair_prefetcher(out, stop):
+    """The same, keeping each (inputs, targets) pair it made: the tensors sit in tuples."""
+    import queue
+
+    made = []
+    while not stop.is_set():
+        x = torch.randn(64, 256)
+        made.append((x, torch.zeros(64)))
+        try:
+            out.put(x, timeout=0.1)
+        except queue.Full:
+            made.pop()
+
+
 def bounded_prefetcher(out, stop):
     """The same, keeping the last four batches only."""
     import collections
@@ -344,16 +358,17 @@ def _prefetching(target, level: str, steps: int = 50):
     return tracker.report(), thread
 
 
-@pytest.mark.parametrize("level", ["auto", "full"])
-def test_a_list_another_thread_fills_with_what_it_makes_is_named(level):
+@pytest.mark.parametrize(("target", "level"), [(prefetcher, "auto"), (prefetcher, "full"), (pair_prefetcher, "auto")])
+def test_a_list_another_thread_fills_with_what_it_makes_is_named(target, level):
     """Tensors made and kept by another thread are neither tagged (creation sites are tagged in
     the training thread) nor walked (its running frames are not read): a scan of the live tensors
     finds them unreached, and gc referrers and the thread function's code name their list."""
-    report, thread = _prefetching(prefetcher, level)
+    report, thread = _prefetching(target, level)
     assert report.verdict.value == "leak", str(report)
     top = report.suspects[0]
-    assert top.location == f"made (local of prefetcher() in thread {thread.name!r})", str(report)
-    assert "a local variable of prefetcher() running in another thread" in " ".join(top.fix.split())
+    fn = target.__name__
+    assert top.location == f"made (local of {fn}() in thread {thread.name!r})", str(report)
+    assert f"a local variable of {fn}() running in another thread" in " ".join(top.fix.split())
 
 
 def test_a_bounded_container_another_thread_fills_is_no_leak():

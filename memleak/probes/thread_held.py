@@ -14,6 +14,7 @@ import collections
 import gc
 import threading
 import weakref
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import torch
@@ -81,11 +82,12 @@ class ThreadHeld:
             t = ref()
             if len(found) >= MAX_CLIMBS or t is None or id(t) in held:
                 continue
-            holder = next((r for r in gc.get_referrers(t) if type(r) in _CONTAINERS and id(r) not in reached), None)
+            holder = _container_of(t, reached)
             del t
-            if holder is None:
+            if holder is None or id(holder) in held:
                 continue
-            held.update(id(v) for v in _items(holder))
+            held.add(id(holder))
+            held.update(id(v) for v in _tensors_in(holder))
             name = name_by_referrers(ref)
             if name and is_thread_local(name):
                 found.append((holder, name))
@@ -98,7 +100,7 @@ class ThreadHeld:
         followed = []
         for name, cid, refs in self.followed:
             alive = [t for t in (r() for r in refs) if t is not None]
-            holder = next((r for t in alive[:1] for r in gc.get_referrers(t) if id(r) == cid), None)
+            holder = _container_of(alive[0], want=cid) if alive else None
             del alive
             if holder is not None and type(holder) in _CONTAINERS:
                 found.append((holder, name))
@@ -107,17 +109,36 @@ class ThreadHeld:
         return found
 
 
-def _items(container: Any) -> list:
-    return list(container.values() if isinstance(container, dict) else container)
+def _container_of(t: torch.Tensor, reached: AbstractSet[int] = frozenset(), want: int | None = None) -> Any:
+    """The container the walk did not reach (`reached`) that holds `t`, directly or in a tuple it
+    holds (a list of `(x, y)` batches), or the one whose id is `want`; None when there is none."""
+
+    def pick(refs: list) -> Any:
+        ok = (lambda r: id(r) == want) if want is not None else (lambda r: id(r) not in reached and r is not mine)
+        return next((r for r in refs if type(r) in _CONTAINERS and ok(r)), None)
+
+    refs = mine = gc.get_referrers(t)  # a list that holds the tuples met: not theirs
+    found = pick(refs)
+    for tup in (r for r in refs if found is None and type(r) is tuple and id(r) not in reached):
+        found = pick(gc.get_referrers(tup))
+        if found is not None:
+            break
+    return found
+
+
+def _tensors_in(container: Any) -> list[torch.Tensor]:
+    """The tensors `container` holds, directly or in the tuples it holds."""
+    out: list[torch.Tensor] = []
+    for v in list(container.values() if isinstance(container, dict) else container):
+        for x in v if type(v) is tuple else (v,):
+            if isinstance(x, torch.Tensor):
+                out.append(x)
+    return out
 
 
 def _refs(container: Any, n: int = 4) -> list[weakref.ref]:
     """Weak references to the first `n` tensors of `container` (the oldest: still there while it grows)."""
-    out: list[weakref.ref] = []
-    for v in _items(container):
-        if isinstance(v, torch.Tensor) and len(out) < n:
-            out.append(weakref.ref(v))
-    return out
+    return [weakref.ref(t) for t in _tensors_in(container)[:n]]
 
 
 def _same(a: weakref.ref | None, b: weakref.ref) -> bool:
