@@ -73,7 +73,8 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
             continue
         in_host = isinstance(f.data, dict) and f.data.get("host")
         groups.setdefault(f.location, []).append(_unconfirmed(f, host if in_host else measured_bps))
-    ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=score, reverse=True))
+    stored = {f.location: f.data.get("stored", "") for f in findings if isinstance(f.data, dict)}
+    ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=score, reverse=True), stored)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:
         return _bounded_growth(ranked, findings)
@@ -111,37 +112,31 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
 
 #: A holder that is one entry of a container: `ema.shadow['0.weight']` of `ema.shadow`.
 _ENTRY = re.compile(r"^(.+)(\[[^\[\]]+\])$")
-#: The line a holder's evidence says stores into it (detect/culprits.py).
-_FILLED_AT = re.compile(r" is filled at (\S+), the line")
 
 
-def _fold_entries(ranked: list[Suspect]) -> list[Suspect]:
-    """Leaking culprits of one kind that are entries of one container, stored by one line (each
-    value of a dict recomputed from itself without detach, an EMA's shadow weights), are one cause:
-    folded into the first of them, the others its evidence and their bytes its own."""
+def _fold_entries(ranked: list[Suspect], stored: dict[str, str]) -> list[Suspect]:
+    """Leaking culprits of one kind that are entries of one container, stored by one line (`stored`:
+    the line the culprit detector found for each location; each value of a dict recomputed from
+    itself without detach, an EMA's shadow weights), are one cause: folded into the first of them,
+    the others its evidence and their bytes its own."""
     firsts: dict[tuple, Suspect] = {}
-    others: dict[int, list[Suspect]] = {}
+    others: dict[int, tuple[str, list[Suspect]]] = {}  # id of the first -> (container, the others)
     out = []
     for s in ranked:
         m = _ENTRY.match(s.location) if s.leak and s.kind in CULPRITS else None
-        key = (m.group(1), s.kind, _filled_at(s)) if m else None
+        key = (m.group(1), s.kind, stored.get(s.location, "")) if m else None
         if key is None or key not in firsts:
             if key is not None:
                 firsts[key] = s
             out.append(s)
         else:
-            others.setdefault(id(firsts[key]), []).append(s)
-    return [_with_entries(s, others[id(s)]) if id(s) in others else s for s in out]
+            others.setdefault(id(firsts[key]), (key[0], []))[1].append(s)
+    return [_with_entries(s, *others[id(s)]) if id(s) in others else s for s in out]
 
 
-def _filled_at(s: Suspect) -> str:
-    return next((m.group(1) for e in s.evidence if (m := _FILLED_AT.search(e))), "")
-
-
-def _with_entries(first: Suspect, others: list[Suspect]) -> Suspect:
-    prefix = first.location[: -len(_ENTRY.match(first.location).group(2))]  # type: ignore[union-attr]
-    keys = ", ".join(o.location[len(prefix) :] for o in others[:4]) + (", ..." if len(others) > 4 else "")
-    line = f"{len(others)} more entries of {prefix} leak the same way ({keys}): one cause, their bytes counted here"
+def _with_entries(first: Suspect, container: str, others: list[Suspect]) -> Suspect:
+    keys = ", ".join(o.location[len(container) :] for o in others[:4]) + (", ..." if len(others) > 4 else "")
+    line = f"{len(others)} more entries of {container} leak the same way ({keys}): one cause, their bytes counted here"
     return replace(
         first,
         evidence=(*first.evidence, line),

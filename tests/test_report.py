@@ -88,7 +88,8 @@ def test_entries_of_one_container_stored_by_one_line_are_one_suspect():
 
     def entry(key, nbytes, line="train.py:16"):
         f = _finding(Kind.RETAINED_GRAPH, f"ema.shadow['{key}']", 0.9, nbytes=nbytes, detector="graphs")
-        return replace(f, evidence=(f"ema.shadow['{key}'] is filled at {line}, the line in your code that stores into it",))
+        return replace(f, evidence=(f"ema.shadow['{key}'] is filled at {line}, the line in your code that stores into it",),
+                       data={"stored": line})
 
     findings = [entry("0.weight", 4 * MIB), entry("0.bias", MIB), entry("2.weight", 2 * MIB),
                 _finding(Kind.RETAINED_GRAPH, "other['x']", 0.8, nbytes=MIB, detector="graphs")]

@@ -71,6 +71,12 @@ def is_user_file(filename: str) -> bool:
     return not _is_internal_file(filename) and not _is_library_file(filename)
 
 
+def user_code(fn: Any) -> bool:
+    """Whether `fn` (a function, a bound method) is code of the user's files."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code is not None and is_user_file(code.co_filename)
+
+
 def is_internal(code) -> bool:
     """True for code in torch or memleak (not the user's)."""
     hit = _internal_code.get(code)

@@ -32,9 +32,9 @@ from . import reach
 from .bounds import code_bound
 from .frames import (
     is_locals_snapshot,
-    is_user_file,
     loop_variables,
     release_snapshots,
+    user_code,
 )
 from .global_roots import add_all_globals, add_class_containers, add_root, user_globals
 from .graphs import Roots
@@ -236,7 +236,7 @@ def _add_finalizers(w: Walk) -> None:
         infos = list(weakref.finalize._registry.values())  # type: ignore[attr-defined]
     except Exception:  # a Python without the registry: no finalizer roots
         return
-    user = [i for i in infos if _user_code(getattr(i, "func", None))]
+    user = [i for i in infos if user_code(getattr(i, "func", None))]
     weight = 1.0
     if len(user) > 2 * _FINALIZERS_SAMPLED:  # many: their ends, each standing for its share
         weight = len(user) / (2 * _FINALIZERS_SAMPLED)
@@ -269,14 +269,14 @@ def _add_threads(w: Walk) -> None:
         if th.ident == me:
             continue
         target = getattr(th, "_target", None) or getattr(th, "function", None)  # a Timer's
-        if _user_code(target):
+        if user_code(target):
             name = f"Thread(target={reach.fn_name(target)})"
             note = f"an argument of a running thread of {reach.fn_name(target)}(): kept until the thread returns"
             args = getattr(th, "_args", None) or getattr(th, "args", None) or ()
             kwargs = getattr(th, "_kwargs", None) or getattr(th, "kwargs", None) or {}
             for arg in [*args, *kwargs.values()]:
                 w.push(arg, name, name, "thread", 1.0, note)
-        elif _user_code(getattr(type(th), "run", None)):  # a subclass with a run() of its own
+        elif user_code(getattr(type(th), "run", None)):  # a subclass with a run() of its own
             name = type(th).__name__
             w.push(th, name, name, "thread", 1.0, f"a running {name} thread: kept until its run() returns")
 
@@ -315,9 +315,4 @@ def _add_global_hooks(w: Walk) -> None:
 def _user_callable(fn) -> bool:
     """A function or method of the user's, a partial of one, or an object of a class whose __call__ is."""
     fn = fn.func if isinstance(fn, functools.partial) else fn
-    return _user_code(fn) or _user_code(getattr(type(fn), "__call__", None))  # noqa: B004
-
-
-def _user_code(fn) -> bool:
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    return code is not None and is_user_file(code.co_filename)
+    return user_code(fn) or user_code(getattr(type(fn), "__call__", None))  # noqa: B004

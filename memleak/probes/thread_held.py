@@ -21,7 +21,7 @@ import torch
 
 from ..holder_names import is_thread_local
 from .census import live_tensors
-from .frames import is_user_file
+from .frames import user_code
 from .referrers import name_by_referrers
 
 #: Deep steps a run that list every live tensor (each a pass over every object the collector tracks).
@@ -39,9 +39,7 @@ def user_thread_running() -> bool:
     for th in threading.enumerate():
         if th.ident == me:
             continue
-        fn = getattr(th, "_target", None) or getattr(type(th), "run", None)
-        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-        if code is not None and is_user_file(code.co_filename):
+        if user_code(getattr(th, "_target", None) or getattr(type(th), "run", None)):
             return True
     return False
 
@@ -102,7 +100,7 @@ class ThreadHeld:
             alive = [t for t in (r() for r in refs) if t is not None]
             holder = _container_of(alive[0], want=cid) if alive else None
             del alive
-            if holder is not None and type(holder) in _CONTAINERS:
+            if holder is not None:
                 found.append((holder, name))
                 followed.append((name, cid, refs))
         self.followed = followed
