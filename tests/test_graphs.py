@@ -44,6 +44,21 @@ def test_a_running_sum_is_linked_and_an_item_read_is_not():
     assert not walks[2].holders["loss"].linked
 
 
+def test_a_leaf_only_a_held_graph_keeps_is_held_by_that_holder_and_a_parameter_is_not():
+    # a penalty kept with its graph: the input made to require grad lives only through the graph's
+    # AccumulateGrad node, and survivors are named after the holder of that graph
+    w = nn.Parameter(torch.randn(4, 4))
+    kept = []
+    leaf = torch.randn(2, 4).requires_grad_(True)
+    kept.append((leaf @ w).pow(2).sum())
+    leaf_id = id(leaf)
+    del leaf
+    walk = walk_roots(step=1, model=None, optimizer=None, ages=Ages(), exclude={id(w)},
+                      frames=[sys._getframe()])
+    assert walk.tensor_holder.get(leaf_id) == "kept"
+    assert id(w) not in walk.tensor_holder  # the run's own, though the same graph keeps it
+
+
 def test_a_carried_hidden_state_is_linked_and_the_loss_built_on_it_is_not():
     rnn = nn.GRU(3, 5, batch_first=True)
     hidden = torch.zeros(1, 2, 5)

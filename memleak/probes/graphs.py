@@ -22,7 +22,7 @@ the wrappers met are kept until the walk ends, so their ids stay unique while ``
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # AccumulateGrad nodes carry UINT64_MAX as their sequence number.
 NO_SEQ = 1 << 63
@@ -40,6 +40,9 @@ class GraphInfo:
     lo: int | None = None  # lowest and highest sequence numbers met (node creation order)
     hi: int | None = None
     linked: bool = False  # reaches an output the same holder held at the previous sample
+    # the leaf tensors the graph's AccumulateGrad nodes hold (an input made to require grad each
+    # step: the graph is all that keeps it), kept until the walk that asked for them ends
+    leaves: list = field(default_factory=list)
 
 
 def _seq(node) -> int:
@@ -103,6 +106,10 @@ def graph_info(grad_fns: list, cap: int, prev: Roots | None = None, now: Roots |
                 lo = seq
             if seq > hi:
                 hi = seq
+        else:  # an AccumulateGrad node: the leaf it accumulates into lives as long as the graph
+            leaf = getattr(node, "variable", None)
+            if leaf is not None:
+                info.leaves.append(leaf)
         if len(seen) >= cap:
             info.capped = True
             break

@@ -113,6 +113,8 @@ class HolderTally:
         self.graph_cap = graph_cap
         self.holders: dict[str, HolderStats] = {}
         self.tensor_holder: dict[int, str] = {}
+        #: leaf tensors only a holder's graph keeps (`GraphInfo.leaves`), alive while the walk's ids are used
+        self.graph_leaves: list[torch.Tensor] = []
         #: tensors whose memory a numpy array or memoryview shares (``t.numpy()``), by id
         self.array_bases: set[int] = set()
         #: containers whose owner keeps their bound (``self.capacity`` beside ``self.items``), by id
@@ -282,12 +284,22 @@ class HolderTally:
                 st.nodes_capped |= st.n_grad > len(st._grad_fns) + 0.5
                 if info.lo is not None:
                     st.seq = (info.lo, info.hi)
+                self._graph_leaves(info.leaves, st.holder)
                 left -= st.nodes
             if now:
                 self.roots[st.holder] = now
             st._grad_fns = []
             st._out_nrs = []
             st._storages = {}
+
+    def _graph_leaves(self, leaves: list, holder: str) -> None:
+        """Leaves that `holder`'s graphs keep (an input made to require grad, a tensor given to
+        `torch.autograd.grad`): held by it for the survivor check, unless reached by a root
+        already or the run's own (parameters)."""
+        for leaf in leaves:
+            if id(leaf) not in self.exclude and isinstance(leaf, torch.Tensor):
+                self.tensor_holder.setdefault(id(leaf), holder)
+                self.graph_leaves.append(leaf)
 
 
 def holder_sizes(holders: dict[str, HolderStats], buffers: dict[str, list], owned: int) -> dict[str, tuple]:
