@@ -14,9 +14,10 @@ from enum import Enum
 from typing import Any
 
 #: Per-worker PSS and private-memory columns are named WORKER_PSS.format(i) and
-#: WORKER_PRIVATE.format(i) (schema.STEP_COLUMNS declares the patterns).
+#: WORKER_PRIVATE.format(i), their RSS WORKER_RSS.format(i) (schema.STEP_COLUMNS declares the patterns).
 WORKER_PSS = "worker{}_pss_bytes"
 WORKER_PRIVATE = "worker{}_private_bytes"
+WORKER_RSS = "worker{}_rss_bytes"
 #: Version of the run-file format. A reader refuses files of another version.
 SCHEMA_VERSION = 1
 #: The first record of every run file has this type.
@@ -260,6 +261,8 @@ STEP_COLUMNS = {
     "worker_private_bytes": "private memory of all DataLoader workers together (sampled)",
     "worker{i}_private_bytes": "private memory of one worker (Private_Clean + Private_Dirty: pages no other "
     "process maps, such as the pages copy-on-read copied into it), one column per worker slot like the PSS",
+    "worker{i}_rss_bytes": "resident set size of one worker, from /proc/PID/statm (cheap: read every step at "
+    "first, then every 4th); it grows when the worker allocates memory of its own, not by copy-on-read",
     # pinned host memory (CUDA host allocator, torch.cuda.memory.host_memory_stats)
     "pinned_bytes": "bytes of pinned host blocks the CUDA host allocator owns (in use and cached)",
     "pinned_active_bytes": "bytes of pinned host blocks handed out and not yet reusable",

@@ -1,20 +1,22 @@
-"""Copy-on-read growth in DataLoader workers: each worker's private memory grows toward a copy
-of the Dataset's Python objects.
+"""Growth in DataLoader workers: copy-on-read (each worker's private memory grows toward a copy
+of the Dataset's Python objects), or memory the workers allocate and keep (their RSS grows: a
+cache the Dataset fills in ``__getitem__``).
 
-Pure over the ``worker{i}_private_bytes`` columns (``worker{i}_pss_bytes`` in runs recorded
-before those were) and the ``dataloader_workers`` events (which DataLoader, its epoch length,
-which columns its workers write; probes/workers.py). One set of workers is one segment of
-steps, from the event that announced it to the next set of the same loader (non-persistent
-workers start afresh each epoch). A segment whose workers' memory grows steadily
-(detect/growth.py's test, on each worker's series) is reported, with the growth per worker and a
-projection to the end of the epoch against the host's memory. It is a leak when that projection
-exceeds the host's memory, or when the growth goes on past a whole epoch (by then every object
-was touched: more than a copy is growing); otherwise a finding to know.
+Pure over the ``worker{i}_rss_bytes`` and ``worker{i}_private_bytes`` columns
+(``worker{i}_pss_bytes`` in runs recorded before private memory was) and the
+``dataloader_workers`` events (which DataLoader, its epoch length, which columns its workers
+write; probes/workers.py). One set of workers is one segment of steps, from the event that
+announced it to the next set of the same loader (non-persistent workers start afresh each
+epoch). A segment whose workers' memory grows steadily (detect/growth.py's test, on each
+worker's series) is reported, with the growth per worker and a projection to the end of the
+epoch against the host's memory. RSS is judged first: copy-on-read does not move it (the copied
+pages were resident already), so a worker whose RSS grows keeps memory of its own. It is a leak
+when the projection exceeds the host's memory, or when the growth goes on past a whole epoch (by
+then every object was touched: more than a copy is growing); otherwise a finding to know.
 
-Private memory, not PSS, is judged: a worker's PSS carries its share of the main process's pages,
-so in a large main process the copy is a small part of a large level and falls under the
-growth test's share of the level.
-"""
+Private memory, not PSS, is judged for copy-on-read: a worker's PSS carries its share of the main
+process's pages, so in a large main process the copy is a small part of a large level and falls
+under the growth test's share of the level."""
 
 from __future__ import annotations
 
@@ -32,6 +34,21 @@ EVENT = "dataloader_workers"
 #: interpreter objects it touches once); a copy of a Dataset worth reporting is megabytes.
 MIN_PRIVATE_RISE = 1 << 20
 
+#: Each series the workers are judged on: what it is, and what its growth means.
+SERIES = {
+    "rss": (
+        "resident set size (RSS)",
+        "copy-on-read leaves RSS flat (a copied page was resident already), so the workers allocate memory "
+        "of their own and keep it",
+    ),
+    "private": (
+        "private memory (pages no other process maps)",
+        "copy-on-read: the workers were forked, and each copies the pages of the Dataset's Python objects as "
+        "it touches their reference counts, so its private memory grows toward a whole copy",
+    ),
+}
+SERIES["pss"] = ("proportional set size (PSS)", SERIES["private"][1])
+
 FIX = (
     "Keep the Dataset's data in a few large objects instead of many Python ones: numpy arrays "
     "(np.array of numbers, or of fixed-width strings), an Arrow table (pyarrow, Hugging Face datasets) or "
@@ -39,10 +56,12 @@ FIX = (
     "instead of each copying it page by page. Failing that, use fewer workers (each makes its own copy), "
     "and persistent_workers=True so the copies are not made again every epoch."
 )
-SPAWN_FIX = (
-    "The workers were not forked, so this is no copy-on-read: something in the worker keeps objects "
-    "(a cache in the Dataset, a collate_fn or worker_init_fn that appends to a list). Look at what "
-    "__getitem__ stores on self."
+OWN_FIX = (
+    "Something in the workers keeps what it makes: a cache the Dataset fills in __getitem__ "
+    "(`self.cache[i] = sample`: each worker fills its own copy, and it lives as long as the worker), a "
+    "collate_fn or worker_init_fn that appends to a list. Bound the cache (`functools.lru_cache(maxsize=...)`, "
+    "an LRU dict), cache encoded bytes or a memory-mapped file instead of decoded tensors, or decode on "
+    "every call; persistent_workers=False frees the workers' caches at each epoch's end."
 )
 
 
@@ -69,13 +88,27 @@ def _segments(run: Run) -> list[tuple[dict, np.ndarray]]:
     return out
 
 
-def _columns(run: Run, ev: dict) -> tuple[list[str], bool]:
-    """The workers' columns to judge, and whether they are private memory (else PSS: a run
-    recorded before private memory was)."""
+def _columns(run: Run, ev: dict) -> tuple[list[str], str]:
+    """The workers' copy-on-read columns to judge, and which series they are: "private", or "pss"
+    in a run recorded before private memory was."""
     private = [c for c in ev.get("private_columns") or () if isinstance(c, str) and c in run.steps]
     if private:
-        return private, True
-    return [c for c in ev["columns"] if isinstance(c, str)], False
+        return private, "private"
+    return [c for c in ev["columns"] if isinstance(c, str)], "pss"
+
+
+def _growing(run: Run, ev: dict, rows: np.ndarray) -> tuple[list[str], str, dict[str, Growth]]:
+    """The series that grows, its columns and each growing worker's growth. RSS first: copy-on-read
+    leaves it flat, so a worker whose RSS grows allocates memory of its own; else the private
+    memory (or PSS), where copy-on-read shows."""
+    rss = [c for c in ev.get("rss_columns") or () if isinstance(c, str) and c in run.steps]
+    columns, series = _columns(run, ev)
+    for cols, name in ((rss, "rss"), (columns, series)):
+        growth = {c: _growth(run, c, rows) for c in cols}
+        growing = {c: g for c, g in growth.items() if g is not None and g.leak and g.slope > 0}
+        if growing:
+            return cols, name, growing
+    return columns, series, {}
 
 
 def _growth(run: Run, column: str, rows: np.ndarray) -> Growth | None:
@@ -90,13 +123,15 @@ def _growth(run: Run, column: str, rows: np.ndarray) -> Growth | None:
     level = float(values.abs().median()) if len(values) else 0.0
     if column.endswith("_private_bytes") and level > 0:
         min_rel = max(min_rel, MIN_PRIVATE_RISE / level)
+    elif column.endswith("_rss_bytes") and level > 0:
+        # a worker's RSS counts every page it shares with this process: beside a large main process
+        # its own memory is a small part of a large level, so only the rise itself counts
+        min_rel = MIN_PRIVATE_RISE / level
     return analyze_growth(part, column, min_rel=min_rel)
 
 
 def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
-    columns, private = _columns(run, ev)
-    growth = {c: _growth(run, c, rows) for c in columns}
-    growing = {c: g for c, g in growth.items() if g is not None and g.leak and g.slope > 0}
+    columns, series, growing = _growing(run, ev, rows)
     if not growing:
         return None
     steps = run.steps
@@ -109,10 +144,10 @@ def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
     over = projected is not None and isinstance(host, (int, float)) and projected > float(host)
     past = _past_epoch(run, columns, rows, epoch, start)
     name = str(ev.get("loader", "a DataLoader"))
-    forked = ev.get("start_method") in (None, "fork")
-    evidence = [_growth_line(ev, name, growing, levels, last - start + 1, forked, private)]
+    copies = ev.get("start_method") in (None, "fork") and series != "rss"  # copy-on-read
+    evidence = [_growth_line(ev, name, growing, levels, last - start + 1, series)]
     if projected is not None:
-        evidence.append(_projection_line(projected, _main_rss(run), epoch, start, last, host, private))
+        evidence.append(_projection_line(projected, _main_rss(run), epoch, start, last, host, series))
     elif not epoch:
         evidence.append("the epoch's length is unknown (the loader's sampler has no length): no projection")
     evidence += _verdict_lines(over, past, epoch)
@@ -125,13 +160,13 @@ def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
         total_bytes=bps * (last - start),
         confidence=max(g.confidence for g in growing.values()),
         evidence=tuple(evidence),
-        fix=FIX if forked else SPAWN_FIX,
+        fix=FIX if copies else OWN_FIX,
         leak=over or past,
         note=not (over or past),
         data=to_jsonable(
             {
                 "loader": name,
-                "series": "private" if private else "pss",
+                "series": series,
                 "per_worker_slope": {c: g.slope for c, g in growing.items()},
                 "projected_bytes": projected,
                 "host_memory_bytes": host,
@@ -182,32 +217,29 @@ def _past_epoch(run: Run, columns: list[str], rows: np.ndarray, epoch, start: fl
     return any((g := _growth(run, c, later)) is not None and g.leak and g.slope > 0 for c in columns)
 
 
-def _growth_line(
-    ev: dict, name: str, growing: dict[str, Growth], levels, n_steps: float, forked: bool, private: bool
-) -> str:
+def _growth_line(ev: dict, name: str, growing: dict[str, Growth], levels, n_steps: float, series: str) -> str:
     size = f", {ev['dataset_len']:,} items" if isinstance(ev.get("dataset_len"), int) else ""
     each = "; ".join(
         f"{c.split('_')[0]} {fmt_bytes(g.slope, signed=True)}/step (to {fmt_bytes(levels.get(c))})"
         for c, g in growing.items()
     )
-    series = "private memory (pages no other process maps)" if private else "proportional set size (PSS)"
-    why = (
-        "copy-on-read: the workers were forked, and each copies the pages of the Dataset's Python objects "
-        "as it touches their reference counts, so its private memory grows toward a whole copy"
-        if forked
-        else f"the workers were started with {ev.get('start_method')}, so this is their own growth"
-    )
+    what, why = SERIES[series]
+    if series != "rss" and ev.get("start_method") not in (None, "fork"):
+        why = f"the workers were started with {ev.get('start_method')}, so this is their own growth"
     return (
         f"the {len(levels)} worker processes of DataLoader `{name}` (over {ev.get('dataset', '?')}{size}) grew "
-        f"over {n_steps:.0f} steps, in {series}: {each}; {why}"
+        f"over {n_steps:.0f} steps, in {what}: {each}; {why}"
     )
 
 
-def _projection_line(projected, main: float, epoch, start, last, host, private: bool) -> str:
+def _projection_line(projected, main: float, epoch, start, last, host, series: str) -> str:
     left = max(0.0, start + float(epoch) - 1 - last)
     share = f" ({projected / float(host):.0%} of the host's {fmt_bytes(host)})" if host else ""
-    what = "private memory" if private else "PSS"
-    bound = "" if private else " at most (PSS counts the pages the workers share with this process twice)"
+    what = {"rss": "RSS", "private": "private memory", "pss": "PSS"}[series]
+    bound = {
+        "rss": " at most (each worker's RSS counts the pages it shares with this process again)",
+        "pss": " at most (PSS counts the pages the workers share with this process twice)",
+    }.get(series, "")
     return (
         f"projected at the end of the epoch ({epoch} steps, {left:.0f} to go): this process's RSS "
         f"{fmt_bytes(main)} plus the workers' {what} {fmt_bytes(projected - main)}, about "

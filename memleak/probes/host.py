@@ -17,7 +17,7 @@ from typing import Any
 
 from . import Probe, ProbeContext
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: RSS is read every step for the first RSS_DENSE_STEPS steps (a short run's whole series), then
 #: every RSS_EVERY-th step (the others' value is empty): the first read of /proc after a training
 #: step costs about 20 us, a tenth of that warm, as much as the heap counter, for a series that
@@ -72,7 +72,7 @@ def heap_counter() -> Callable[[], int] | None:
 def rss_bytes() -> int | None:
     try:
         with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * _PAGE
+            return int(fh.read().split()[1]) * PAGE
     except OSError:
         pass
     try:
@@ -104,7 +104,7 @@ class HostProbe(Probe):
         if step >= RSS_DENSE_STEPS and step % RSS_EVERY:
             return {"rss_bytes": None}
         values: dict[str, Any] = {}
-        rss = int(os.pread(self.statm, 128, 0).split()[1]) * _PAGE if self.statm is not None else rss_bytes()
+        rss = int(os.pread(self.statm, 128, 0).split()[1]) * PAGE if self.statm is not None else rss_bytes()
         if rss is not None:
             values["rss_bytes"] = rss
         return values

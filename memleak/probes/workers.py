@@ -9,6 +9,12 @@ Private_Dirty, the pages no other process maps: each copied page lands there) an
 whole and stays flat. The private series is the one to judge: PSS also carries each worker's
 share of this process's pages, so a large main process hides the copy in a large level.
 
+A worker that allocates memory of its own as it runs (a Dataset that memoizes what
+``__getitem__`` decodes, a collate_fn that appends to a list) grows in its RSS too, which
+copy-on-read does not move. RSS is read from ``/proc/PID/statm`` (a few microseconds: no page
+walk) as this process's own is (`host.py`): every step at first, then every 4th, so that a short
+run has the points a trend needs where the budget allows a handful of smaps reads.
+
 Reading smaps_rollup makes the kernel walk the worker's page tables: 3 to 10 ms a worker on a
 loaded 2-core machine. So the reads run on a time budget (``workers_budget=``, a share of the
 run's time, 2 % by default): a step without a read writes null. Finding which DataLoader new
@@ -22,9 +28,10 @@ import os
 import sys
 from typing import Any
 
-from ..schema import WORKER_PRIVATE, WORKER_PSS, RecordType
+from ..schema import WORKER_PRIVATE, WORKER_PSS, WORKER_RSS, RecordType
 from . import Probe, ProbeContext, Unavailable
 from .budget import TimeBudget
+from .host import PAGE, RSS_DENSE_STEPS, RSS_EVERY
 from .loaders import LoaderInfo, child_pids, identify, no_children
 
 #: How many bytes of smaps_rollup to read: Private_Dirty is its eleventh line (about 400 bytes in).
@@ -57,6 +64,7 @@ class WorkerProbe(Probe):
         self.budget = float(ctx.options.get("workers_budget", 0.02))
         self.known: set[int] = set()  # child PIDs already looked at, workers or not
         self.fds: dict[int, int] = {}  # worker PID -> its smaps_rollup, kept open
+        self.statm: dict[int, int] = {}  # worker PID -> its statm, kept open
         self.slot_of: dict[int, int] = {}  # worker PID -> its column slot
         self.slots: dict[tuple[str, int], int] = {}  # (loader, worker index) -> slot, kept across epochs
         self.reads = TimeBudget(self.budget)  # started when the first workers are seen
@@ -76,10 +84,20 @@ class WorkerProbe(Probe):
             return {}
         values: dict[str, Any] = {"workers": len(self.fds), "worker_pss_bytes": None, "worker_private_bytes": None}
         for s in self.slots.values():
-            values[WORKER_PSS.format(s)] = values[WORKER_PRIVATE.format(s)] = None
+            values[WORKER_PSS.format(s)] = values[WORKER_PRIVATE.format(s)] = values[WORKER_RSS.format(s)] = None
         if self.fds and self.reads.due():
             self.reads.timed(lambda: self._read(values))
+        if step < RSS_DENSE_STEPS or step % RSS_EVERY == 0:
+            self._read_rss(values)
         return values
+
+    def _read_rss(self, values: dict[str, Any]) -> None:
+        """Each worker's RSS into `values` (a worker that exited since is forgotten next step)."""
+        for pid, fd in list(self.statm.items()):
+            try:
+                values[WORKER_RSS.format(self.slot_of[pid])] = int(os.pread(fd, 128, 0).split()[1]) * PAGE
+            except (OSError, IndexError, ValueError):
+                continue
 
     def _read(self, values: dict[str, Any]) -> None:
         """Each worker's PSS and private bytes into `values`, and their sums."""
@@ -105,6 +123,10 @@ class WorkerProbe(Probe):
             except OSError:
                 continue
             self.fds[pid] = fd
+            try:
+                self.statm[pid] = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
+            except OSError:
+                pass
             slot = self.slots.setdefault((info.name, index), len(self.slots))
             self.slot_of[pid] = slot
             by_loader.setdefault(info, []).append((pid, slot))
@@ -121,16 +143,18 @@ class WorkerProbe(Probe):
                 pids=[w[0] for w in workers],
                 columns=[WORKER_PSS.format(w[1]) for w in workers],
                 private_columns=[WORKER_PRIVATE.format(w[1]) for w in workers],
+                rss_columns=[WORKER_RSS.format(w[1]) for w in workers],
             )
             from ..records import Event  # here: records' dataclasses take 10 ms to import, level counters needs none
 
             self.ctx.emit(RecordType.EVENT, Event("dataloader_workers", details).to_dict())
 
     def _forget(self, pid: int) -> None:
-        fd = self.fds.pop(pid, None)
         self.slot_of.pop(pid, None)
-        if fd is not None:
-            os.close(fd)
+        for fds in (self.fds, self.statm):
+            fd = fds.pop(pid, None)
+            if fd is not None:
+                os.close(fd)
 
     def stop(self) -> None:
         for pid in list(getattr(self, "fds", {})):
