@@ -289,5 +289,34 @@ def test_a_dataset_cache_filled_in_the_workers_is_found_on_the_default_budget():
     assert location == top == "loader (DataLoader workers)" and names_getitem == "True"
 
 
+def test_growth_past_what_copy_on_read_can_copy_is_the_workers_own():
+    # a Dataset of 2 Python objects can make copy-on-read copy 2 pages into a worker: 200 MB of
+    # private memory each is memory the workers allocated (a cache), even where RSS did not show it
+    run = _run(1e6, 200, 10_000, 16e9)
+    run.events[0].update(dataset_objects=2, page_bytes=4096)
+    (f,) = workers_detector.detect(run)
+    assert f.data["series"] == "private" and "more than copy-on-read can copy" in f.evidence[0]
+    assert "__getitem__" in f.fix and "numpy arrays" not in f.fix
+    # a Dataset of 100,000 objects may copy 400 MB into each: copy-on-read, as before; so where
+    # the probe counted past its cap (null) or a run recorded no count
+    for objects in (100_000, None):
+        run = _run(1e6, 200, 10_000, 16e9)
+        run.events[0].update(dataset_objects=objects, page_bytes=4096)
+        (g,) = workers_detector.detect(run)
+        assert "copy-on-read:" in g.evidence[0] and "numpy arrays" in g.fix
+
+
+def test_the_python_objects_a_dataset_holds_are_counted_through_containers_and_wrappers():
+    from torch.utils.data import Subset
+
+    from memleak.probes.loaders import python_objects
+
+    rows = PythonRows()
+    assert python_objects(rows) == ROWS * WIDTH + ROWS + 1  # the floats, the tuples, the list
+    assert python_objects(ArrayRows()) == 1
+    assert python_objects(Subset(rows, list(range(10)))) == python_objects(rows) + 1 + 1 + 10  # dataset, indices
+    assert python_objects(rows, cap=1000) >= 1000  # stops at its cap
+
+
 def test_flat_workers_are_clean():
     assert workers_detector.detect(_run(0.0, 200, 1_000, 16e9)) == []

@@ -144,8 +144,9 @@ def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
     over = projected is not None and isinstance(host, (int, float)) and projected > float(host)
     past = _past_epoch(run, columns, rows, epoch, start)
     name = str(ev.get("loader", "a DataLoader"))
-    copies = ev.get("start_method") in (None, "fork") and series != "rss"  # copy-on-read
-    evidence = [_growth_line(ev, name, growing, levels, last - start + 1, series)]
+    beyond = series != "rss" and _beyond_copy(run, ev, growing, rows)
+    copies = ev.get("start_method") in (None, "fork") and series != "rss" and not beyond  # copy-on-read
+    evidence = [_growth_line(ev, name, growing, levels, last - start + 1, series, beyond)]
     if projected is not None:
         evidence.append(_projection_line(projected, _main_rss(run), epoch, start, last, host, series))
     elif not epoch:
@@ -217,14 +218,36 @@ def _past_epoch(run: Run, columns: list[str], rows: np.ndarray, epoch, start: fl
     return any((g := _growth(run, c, later)) is not None and g.leak and g.slope > 0 for c in columns)
 
 
-def _growth_line(ev: dict, name: str, growing: dict[str, Growth], levels, n_steps: float, series: str) -> str:
+def _beyond_copy(run: Run, ev: dict, growing: dict[str, Growth], rows: np.ndarray) -> bool:
+    """Whether a worker grew by more than copy-on-read could copy into it: reading an object
+    copies at most the page its reference count is on, so at most one page per Python object the
+    Dataset holds (`dataset_objects`, counted by the probe: null past its cap, absent in older
+    runs) on a page of `page_bytes`."""
+    objects, page = ev.get("dataset_objects"), ev.get("page_bytes")
+    if not isinstance(objects, int) or not isinstance(page, int):
+        return False
+    for c in growing:
+        values = run.steps[c].iloc[rows].dropna()
+        if len(values) and float(values.iloc[-1] - values.iloc[0]) > 2 * page * max(objects, 1) + MIN_PRIVATE_RISE:
+            return True
+    return False
+
+
+def _growth_line(
+    ev: dict, name: str, growing: dict[str, Growth], levels, n_steps: float, series: str, beyond: bool = False
+) -> str:
     size = f", {ev['dataset_len']:,} items" if isinstance(ev.get("dataset_len"), int) else ""
     each = "; ".join(
         f"{c.split('_')[0]} {fmt_bytes(g.slope, signed=True)}/step (to {fmt_bytes(levels.get(c))})"
         for c, g in growing.items()
     )
     what, why = SERIES[series]
-    if series != "rss" and ev.get("start_method") not in (None, "fork"):
+    if beyond:
+        why = (
+            f"more than copy-on-read can copy: the Dataset holds {ev.get('dataset_objects'):,} Python objects, at "
+            "most a page each, so the workers allocate memory of their own and keep it"
+        )
+    elif series != "rss" and ev.get("start_method") not in (None, "fork"):
         why = f"the workers were started with {ev.get('start_method')}, so this is their own growth"
     return (
         f"the {len(levels)} worker processes of DataLoader `{name}` (over {ev.get('dataset', '?')}{size}) grew "

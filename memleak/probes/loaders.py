@@ -12,6 +12,7 @@ are kept: never the loader, its dataset or its iterator.
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing
 import multiprocessing.process as mp_process
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ class LoaderInfo:
     steps_per_epoch: int | None  # len(loader): batches per epoch, when the sampler has a length
     persistent: bool
     start_method: str | None  # fork, spawn, forkserver; None when the default was never fixed
+    dataset_objects: int | None = None  # Python objects the Dataset holds; None: MAX_OBJECTS or more
 
 
 def no_children() -> bool:
@@ -99,6 +101,34 @@ def _len(obj: Any) -> int | None:
         return None
 
 
+#: Python objects counted in a Dataset at most: past this, copy-on-read can explain any growth.
+MAX_OBJECTS = 200_000
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def python_objects(dataset: Any, cap: int = MAX_OBJECTS) -> int:
+    """How many Python objects the Dataset holds, through its attributes, the containers in them
+    and the attributes of the objects it holds (a Subset's dataset), up to `cap`. Reading an
+    object in a forked worker copies at most the page its reference count is on: copy-on-read
+    can copy at most this many pages into a worker."""
+    seen: set[int] = {id(dataset)}
+    stack: list[Any] = [getattr(dataset, "__dict__", {})]
+    while stack and len(seen) <= cap:
+        obj = stack.pop()
+        items = obj.values() if isinstance(obj, dict) else obj
+        for v in itertools.islice(items, cap + 1 - len(seen)):
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, dict):
+                stack += [v, list(v)]
+            elif isinstance(v, _CONTAINERS):
+                stack.append(v)
+            elif not isinstance(v, (type, type(gc))) and isinstance(getattr(v, "__dict__", None), dict):
+                stack.append(vars(v))
+    return len(seen) - 1
+
+
 def _info(name: str, loader: Any, it: Any = None) -> LoaderInfo:
     dataset = loader.dataset if loader is not None else it._dataset
     return LoaderInfo(
@@ -109,6 +139,7 @@ def _info(name: str, loader: Any, it: Any = None) -> LoaderInfo:
         steps_per_epoch=_len(loader if loader is not None else it),
         persistent=bool(loader.persistent_workers if loader is not None else it._persistent_workers),
         start_method=_start_method(getattr(loader, "multiprocessing_context", None)),
+        dataset_objects=objects if (objects := python_objects(dataset)) < MAX_OBJECTS else None,
     )
 
 

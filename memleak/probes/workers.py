@@ -17,7 +17,9 @@ run has the points a trend needs where the budget allows a handful of smaps read
 
 Reading smaps_rollup makes the kernel walk the worker's page tables: 3 to 10 ms a worker on a
 loaded 2-core machine. So the reads run on a time budget (``workers_budget=``, a share of the
-run's time, 2 % by default): a step without a read writes null. Finding which DataLoader new
+run's time, 2 % by default): a step without a read writes null. The workers' first 33 steps
+are read every 4th step whatever the budget (a start-up cost: 9 reads), so that a short run has
+the points a trend needs. Finding which DataLoader new
 workers belong to happens once per set of workers (probes/loaders.py). Linux only: elsewhere
 the probe is skipped.
 """
@@ -34,6 +36,10 @@ from .budget import TimeBudget
 from .host import PAGE, RSS_DENSE_STEPS, RSS_EVERY
 from .loaders import LoaderInfo, child_pids, identify, no_children
 
+#: The workers' private memory is read every YOUNG_EVERY-th step of their first YOUNG_STEPS,
+#: whatever the budget: 9 reads, the 8 points a trend needs and one more.
+YOUNG_STEPS = 33
+YOUNG_EVERY = 4
 #: How many bytes of smaps_rollup to read: Private_Dirty is its eleventh line (about 400 bytes in).
 READ_BYTES = 1024
 
@@ -68,6 +74,7 @@ class WorkerProbe(Probe):
         self.slot_of: dict[int, int] = {}  # worker PID -> its column slot
         self.slots: dict[tuple[str, int], int] = {}  # (loader, worker index) -> slot, kept across epochs
         self.reads = TimeBudget(self.budget)  # started when the first workers are seen
+        self.first_step: int | None = None  # the step the first workers were seen at
         return {"workers_budget": self.budget}
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
@@ -85,11 +92,18 @@ class WorkerProbe(Probe):
         values: dict[str, Any] = {"workers": len(self.fds), "worker_pss_bytes": None, "worker_private_bytes": None}
         for s in self.slots.values():
             values[WORKER_PSS.format(s)] = values[WORKER_PRIVATE.format(s)] = values[WORKER_RSS.format(s)] = None
-        if self.fds and self.reads.due():
+        if self.fds and (self.reads.due() or self._young(step)):
             self.reads.timed(lambda: self._read(values))
         if step < RSS_DENSE_STEPS or step % RSS_EVERY == 0:
             self._read_rss(values)
         return values
+
+    def _young(self, step: int) -> bool:
+        """A read the budget may not have earned yet: every YOUNG_EVERY-th step of the workers'
+        first YOUNG_STEPS, so that a short run has the points a trend needs (a start-up cost, paid
+        once; later reads wait until the budget has paid for these)."""
+        age = step - (step if self.first_step is None else self.first_step)
+        return age < YOUNG_STEPS and age % YOUNG_EVERY == 0
 
     def _read_rss(self, values: dict[str, Any]) -> None:
         """Each worker's RSS into `values` (a worker that exited since is forgotten next step)."""
@@ -132,9 +146,12 @@ class WorkerProbe(Probe):
             by_loader.setdefault(info, []).append((pid, slot))
         if by_loader:
             self.reads.start()
+            if self.first_step is None:
+                self.first_step = step
         for info, workers in by_loader.items():
             workers.sort(key=lambda w: w[1])
             details = {"step": step, "loader": info.name, "dataset": info.dataset, "dataset_len": info.dataset_len}
+            details.update(dataset_objects=info.dataset_objects, page_bytes=PAGE)
             details.update(
                 num_workers=info.num_workers,
                 steps_per_epoch=info.steps_per_epoch,
