@@ -141,6 +141,14 @@ def test_the_page_has_every_section_of_a_run(page):
     assert Page(page).sections == ["verdict", "suspects", "memory", "holders", "modules", "fragmentation"]
 
 
+def test_dataloader_workers_get_a_section_where_recorded():
+    run = leaking_run()
+    t = np.arange(len(run.steps))
+    run.steps["worker0_rss_bytes"] = 200.0 * MIB + MIB * t
+    run.steps["worker0_private_bytes"] = np.where(t % 4 == 0, 10.0 * MIB + MIB * t, np.nan)
+    assert Page(memleak.analyze(run).to_html()).sections[-1] == "workers"
+
+
 def test_the_verdict_and_suspects_read_as_in_the_text_report(leaking_report, page):
     from memleak.report.text import headline
 

@@ -91,6 +91,21 @@ def test_a_clean_run_has_no_projection():
     assert "projected OOM" not in texts(ax.figure)
 
 
+def test_dataloader_workers_get_a_panel_of_their_own_sampled_series():
+    t = np.arange(100)
+    rss = 200 * MIB + MIB * t
+    private = np.where(t % 4 == 0, 10 * MIB + MIB * t, np.nan)  # read on a budget: gaps between reads
+    steps = pd.DataFrame({"step": t, "heap_bytes": np.full(100, 100.0 * MIB), "worker0_rss_bytes": rss,
+                          "worker0_private_bytes": private, "worker1_rss_bytes": rss})
+    fig = plot_run(Run({"device": "cpu"}, steps))
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "DataLoader workers (MiB)"
+    assert labels(fig.axes[1]) == ["worker 0 RSS", "worker 0 private", "worker 1 RSS"]
+    # a sampled series is drawn through its reads, not broken at the steps without one
+    private_line = fig.axes[1].get_lines()[1]
+    assert len(private_line.get_xdata()) == 25 and np.isfinite(private_line.get_ydata()).all()
+    assert len(plot_run(Run({"device": "cpu"}, steps[["step", "heap_bytes"]])).axes) == 1
+
+
 def test_fragmentation_gets_a_second_panel():
     run = leaking_run(inactive_split_bytes=np.linspace(0, 64 * MIB, 100))
     fig = plot_run(run, analyze_growth(run))

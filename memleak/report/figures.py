@@ -213,6 +213,21 @@ def fragmentation_figure(report) -> Any:
     return fig
 
 
+def workers_figure(report) -> Any:
+    """DataLoader workers' RSS and private memory, each sampled series drawn through its reads."""
+    lines = S.worker_lines(report.run.steps)
+    if not lines:
+        return None
+    x, g = step_axis(report.run.steps), go()
+    scale, unit = S.binary_scale(max((np.nanmax(v) for _, v in lines), default=1.0))
+    fig = g.Figure(layout=_layout("DataLoader workers", unit, height=340))
+    for label, v in lines:
+        keep = np.isfinite(v)
+        dash = None if "RSS" in label else "dash"
+        fig.add_trace(g.Scatter(x=x[keep], y=v[keep] / scale, name=label, mode="lines", line={"dash": dash}))
+    return fig
+
+
 def ranks_figure(report) -> Any:
     """One line per rank; a rank that diverges is drawn thicker and named in the legend."""
     run, g = report.run, go()

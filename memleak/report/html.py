@@ -155,6 +155,9 @@ def _run_sections(report) -> list[str]:
     fig = figures.fragmentation_figure(report)
     if fig is not None:
         out += section("fragmentation", "Fragmentation", figure_html(fig))
+    fig = figures.workers_figure(report)
+    if fig is not None:
+        out += section("workers", "DataLoader workers", figure_html(fig))
     return out
 
 

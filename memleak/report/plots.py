@@ -34,7 +34,8 @@ GROWTH_KINDS = (*SYMPTOMS, Kind.HOST_GROWTH)
 def plot_run(run, growth=None, suspects=None):
     """Memory over steps (the categories and top holders stacked beneath where recorded), the
     fitted trend after the warm-up, the warm-up boundary, and (when leaking) the projection
-    to the capacity; a second panel for fragmentation."""
+    to the capacity; a panel for fragmentation and one for DataLoader workers' memory, where
+    recorded."""
     Figure = _figure_class()
     if growth is None:
         from ..detect.growth import analyze_growth
@@ -43,8 +44,10 @@ def plot_run(run, growth=None, suspects=None):
     steps = run.steps
     x = step_axis(steps)
     frag = S.fragmentation_lines(steps)
-    fig = Figure(figsize=(11, 6.5 if frag else 4.5), layout="constrained")
-    axes = fig.subplots(2 if frag else 1, 1, sharex=True, squeeze=False)[:, 0]
+    workers = S.worker_lines(steps)
+    panels = 1 + bool(frag) + bool(workers)
+    fig = Figure(figsize=(11, 4.5 + 2.0 * (panels - 1)), layout="constrained")
+    axes = fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
     ax = axes[0]
 
     series = _memory_series(steps, growth)
@@ -76,6 +79,8 @@ def plot_run(run, growth=None, suspects=None):
 
     if frag:
         _draw_fragmentation(axes[1], x, frag)
+    if workers:
+        _draw_workers(axes[-1], x, workers)
     axes[-1].set_xlabel("step")
     return fig
 
@@ -299,6 +304,17 @@ def _draw_fragmentation(ax, x, series) -> None:
         dx, dy = S.downsample(x, values, PNG_POINTS)
         ax.plot(dx, dy / scale, label=label, linewidth=1.0)
     ax.set_ylabel(f"cached, not in use ({unit})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(**OUTSIDE)
+
+
+def _draw_workers(ax, x, series) -> None:
+    """DataLoader workers' memory: sampled series, each drawn through the steps that read it."""
+    scale, unit = S.binary_scale(max((np.nanmax(v) for _, v in series if np.isfinite(v).any()), default=1.0))
+    for label, values in series:
+        keep = np.isfinite(values)
+        ax.plot(x[keep], values[keep] / scale, label=label, linewidth=1.0, linestyle="-" if "RSS" in label else "--")
+    ax.set_ylabel(f"DataLoader workers ({unit})")
     ax.grid(True, alpha=0.3)
     ax.legend(**OUTSIDE)
 

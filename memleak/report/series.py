@@ -282,6 +282,21 @@ def fragmentation_lines(steps: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+WORKER_SERIES = (("rss", "RSS"), ("private", "private"))
+
+
+def worker_lines(steps: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
+    """Each DataLoader worker's RSS and private memory, where recorded (``worker0_rss_bytes``...):
+    sampled series, drawn through the steps that read them."""
+    out = []
+    for i in range(64):
+        found = [(f"worker {i} {label}", column(steps, f"worker{i}_{key}_bytes")) for key, label in WORKER_SERIES]
+        if all(v is None for _, v in found) and f"worker{i}_pss_bytes" not in steps:
+            break
+        out += [(label, v) for label, v in found if v is not None]
+    return out
+
+
 MODULE_COLUMNS = ["module", "calls/step", "forward", "backward", "left at step end", "kept 2+ steps"]
 
 
