@@ -69,6 +69,11 @@ def heap_counter() -> Callable[[], int] | None:
     return heap_bytes
 
 
+def statm_rss(fd: int) -> int:
+    """The resident set size in an open ``/proc/PID/statm`` (re-read from its start)."""
+    return int(os.pread(fd, 128, 0).split()[1]) * PAGE
+
+
 def rss_bytes() -> int | None:
     try:
         with open("/proc/self/statm", "rb") as fh:
@@ -104,7 +109,7 @@ class HostProbe(Probe):
         if step >= RSS_DENSE_STEPS and step % RSS_EVERY:
             return {"rss_bytes": None}
         values: dict[str, Any] = {}
-        rss = int(os.pread(self.statm, 128, 0).split()[1]) * PAGE if self.statm is not None else rss_bytes()
+        rss = statm_rss(self.statm) if self.statm is not None else rss_bytes()
         if rss is not None:
             values["rss_bytes"] = rss
         return values

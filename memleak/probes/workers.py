@@ -33,7 +33,7 @@ from typing import Any
 from ..schema import WORKER_PRIVATE, WORKER_PSS, WORKER_RSS, RecordType
 from . import Probe, ProbeContext, Unavailable
 from .budget import TimeBudget
-from .host import PAGE, RSS_DENSE_STEPS, RSS_EVERY
+from .host import PAGE, RSS_DENSE_STEPS, RSS_EVERY, statm_rss
 from .loaders import LoaderInfo, child_pids, identify, no_children
 
 #: The workers' private memory is read every YOUNG_EVERY-th step of their first YOUNG_STEPS,
@@ -109,7 +109,7 @@ class WorkerProbe(Probe):
         """Each worker's RSS into `values` (a worker that exited since is forgotten next step)."""
         for pid, fd in list(self.statm.items()):
             try:
-                values[WORKER_RSS.format(self.slot_of[pid])] = int(os.pread(fd, 128, 0).split()[1]) * PAGE
+                values[WORKER_RSS.format(self.slot_of[pid])] = statm_rss(fd)
             except (OSError, IndexError, ValueError):
                 continue
 
