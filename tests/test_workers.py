@@ -318,5 +318,21 @@ def test_the_python_objects_a_dataset_holds_are_counted_through_containers_and_w
     assert python_objects(rows, cap=1000) >= 1000  # stops at its cap
 
 
+def test_a_dataset_whose_attribute_lookup_raises_is_counted_as_unknown():
+    from memleak.probes.loaders import _objects
+
+    class RemoteHandle:  # no __dict__: a lookup of it goes to __getattr__, which raises
+        __slots__ = ("conn",)
+
+        def __getattr__(self, name):
+            raise RuntimeError("connection closed")
+
+    class Remote(Dataset):
+        def __init__(self):
+            self.handle = RemoteHandle()
+
+    assert _objects(Remote()) is None and _objects(ArrayRows()) == 1
+
+
 def test_flat_workers_are_clean():
     assert workers_detector.detect(_run(0.0, 200, 1_000, 16e9)) == []

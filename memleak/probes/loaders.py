@@ -129,6 +129,16 @@ def python_objects(dataset: Any, cap: int = MAX_OBJECTS) -> int:
     return len(seen) - 1
 
 
+def _objects(dataset: Any) -> int | None:
+    """`python_objects` of the Dataset, or None past MAX_OBJECTS or where its objects would not be
+    read (an attribute lookup of the user's that raises)."""
+    try:
+        objects = python_objects(dataset)
+    except Exception:  # a __getattr__ of the user's: the count is unknown, the workers still read
+        return None
+    return objects if objects < MAX_OBJECTS else None
+
+
 def _info(name: str, loader: Any, it: Any = None) -> LoaderInfo:
     dataset = loader.dataset if loader is not None else it._dataset
     return LoaderInfo(
@@ -139,7 +149,7 @@ def _info(name: str, loader: Any, it: Any = None) -> LoaderInfo:
         steps_per_epoch=_len(loader if loader is not None else it),
         persistent=bool(loader.persistent_workers if loader is not None else it._persistent_workers),
         start_method=_start_method(getattr(loader, "multiprocessing_context", None)),
-        dataset_objects=objects if (objects := python_objects(dataset)) < MAX_OBJECTS else None,
+        dataset_objects=_objects(dataset),
     )
 
 
