@@ -107,7 +107,7 @@ def test_a_list_only_another_threads_function_keeps_is_named_from_that_functions
     assert name == f"outputs (local of collect() in thread {thread.name!r})"
 
 
-def test_two_candidate_locals_of_the_containers_type_name_none_one_of_another_type_does_not_count():
+def test_two_candidate_locals_of_the_containers_type_are_both_named_one_of_another_type_does_not_count():
     def collect(ready, go, refs):
         outputs, others, by_step = [], [], {}
         outputs.append(torch.ones(4))
@@ -124,8 +124,40 @@ def test_two_candidate_locals_of_the_containers_type_name_none_one_of_another_ty
     finally:
         go.set()
         thread.join(10)
-    assert in_list == ""  # outputs or others: not told apart
+    # outputs or others: the code does not tell which keeps the tensors, so both are named (by name)
+    assert in_list == f"others or outputs (local of collect() in thread {thread.name!r})"
     assert in_dict == f"by_step (local of collect() in thread {thread.name!r})"
+
+
+def test_candidate_locals_in_two_threads_functions_name_none():
+    def collect(ready, go, refs):
+        outputs = []
+        outputs.append(torch.ones(4))
+        refs.append(weakref.ref(outputs[0]))
+        ready.set()
+        go.wait(10)
+
+    def gather(ready, go, refs):
+        gathered = []
+        gathered.append(1)
+        ready.set()
+        go.wait(10)
+
+    first, go1, refs = _in_thread(collect)
+    second, go2, _ = _in_thread(gather)
+    try:
+        name = name_by_referrers(refs[0])
+    finally:
+        go1.set(), go2.set()
+        first.join(10), second.join(10)
+    assert name == ""  # a local of collect() or of gather(): two functions, two threads
+
+
+def test_the_fix_for_locals_named_together_says_one_of_them():
+    from memleak.detect.culprit_fixes import _container_fix
+
+    fix = _container_fix("outputs or others (local of collect() in thread 'T')", "local", "")
+    assert fix.startswith("One of `outputs`, `others`, local variables of collect() running in another thread")
 
 
 def test_filled_locals_are_the_ones_that_start_empty_and_are_stored_into():

@@ -190,9 +190,14 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
         )
     if (local := thread_local_parts(holder)) is not None:
         var, function = local
+        which = (
+            f"`{var}`, a local variable of {function}() running in another thread, keeps"
+            if " or " not in var
+            else f"One of {', '.join(f'`{v}`' for v in var.split(' or '))}, local variables of {function}() running "
+            f"in another thread, keeps"
+        )
         return (
-            f"`{var}`, a local variable of {function}() running in another thread, keeps "
-            f"gaining tensors (named from that function's code: memleak does not read another thread's running "
+            f"{which} gaining tensors (named from that function's code: memleak does not read another thread's running "
             f"frames, which can crash Python 3.11). Keep a running aggregate there (`total += t.sum().item()`) or a "
             f"bounded window (`collections.deque(maxlen=...)`), or hand it numbers (`.item()`, `.cpu()`) instead of "
             f"tensors{grad}."

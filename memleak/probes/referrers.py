@@ -125,23 +125,34 @@ def name_by_referrers(ref, depth: int = 6) -> str:
     return as_local
 
 
+#: Locals of one thread's function named together at most, where its code does not say which one holds.
+MAX_CANDIDATES = 3
+
+
 def _thread_local(kind: str) -> str:
     """A container nothing the collector tracks refers to is held by C code or by a running
     function's local: the loop's own frames are walked, so likely another thread's, whose frames
     are not read (holders._add_threads: that can crash Python 3.11). Named by the one local of a
     running thread's function, or of a function of the user's it calls by name, that starts as an
     empty container of its type (`kind`: list, dict, deque ...) and is stored into (read from its
-    code), as ``predictions (local of metrics_worker() in thread 'Thread-1')``; '' unless exactly
-    one."""
+    code), as ``predictions (local of metrics_worker() in thread 'Thread-1')``. Where one function
+    has a few such locals (a list of step numbers beside a list of embeddings), all are named, as
+    ``seen_steps or embeddings (local of ...)``: its code does not say which one keeps the
+    tensors. '' where none, or where they are in more than one function."""
     me = threading.get_ident()
-    found = []
+    found: dict[tuple[str, str], list[str]] = {}
     for th in threading.enumerate():
         fn = getattr(th, "_target", None) or getattr(type(th), "run", None)
         if th.ident == me or not _user_function(fn):
             continue
         for f in (fn, *_user_callees(fn)):
-            found += [thread_local_name(var, fn_name(f), th.name) for var, t in filled_locals(f.__code__) if t == kind]
-    return found[0] if len(found) == 1 else ""
+            for var, t in filled_locals(f.__code__):
+                if t == kind:
+                    found.setdefault((fn_name(f), th.name), []).append(var)
+    if len(found) != 1:
+        return ""
+    (((function, thread), names),) = found.items()
+    return thread_local_name(" or ".join(names), function, thread) if len(names) <= MAX_CANDIDATES else ""
 
 
 def _user_function(fn: Any) -> bool:
