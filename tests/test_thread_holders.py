@@ -111,7 +111,7 @@ def test_two_candidate_locals_of_the_containers_type_are_both_named_one_of_anoth
     def collect(ready, go, refs):
         outputs, others, by_step = [], [], {}
         outputs.append(torch.ones(4))
-        others.append(1)
+        others.append(ready)  # of a type its code does not say: a candidate
         by_step[0] = torch.ones(4)
         refs.append(weakref.ref(outputs[0]))
         refs.append(weakref.ref(by_step[0]))
@@ -138,8 +138,8 @@ def test_candidate_locals_in_two_threads_functions_name_none():
         go.wait(10)
 
     def gather(ready, go, refs):
-        gathered = []
-        gathered.append(1)
+        gathered, n = [], 1
+        gathered.append(n)
         ready.set()
         go.wait(10)
 
@@ -173,6 +173,42 @@ def test_filled_locals_are_the_ones_that_start_empty_and_are_stored_into():
         return kept, table, unused, given
 
     assert filled_locals(fn.__code__) == [("kept", "list"), ("table", "dict")]
+
+
+def test_locals_stored_only_plain_values_into_are_no_candidates_for_a_tensors_container(tmp_path):
+    def fn(x, e):
+        errors, losses, names, halves, by_key, mixed = [], [], [], [], {}, []
+        errors.append(repr(e))  # strings
+        losses.append(x.item())  # numbers read out
+        names.append(f"step {x}")
+        halves.append(x.float())  # a tensor's method: a tensor
+        by_key["k"] = str(x)
+        mixed.append(1)
+        mixed.append(x)  # one store of unknown type: a candidate
+        return errors, losses, names, halves, by_key, mixed
+
+    assert filled_locals(fn.__code__) == [("halves", "list"), ("mixed", "list")]
+
+
+def stream_helper(ready, go, refs):
+    outputs = []
+    outputs.append(torch.ones(4))
+    refs.append(weakref.ref(outputs[0]))
+    ready.set()
+    go.wait(10)
+
+
+def stream_worker(ready, go, refs):
+    errors = []
+    try:
+        stream_helper(ready, go, refs)
+    except Exception as e:
+        errors.append(repr(e))  # strings only: no candidate for a container of tensors
+
+
+def test_a_helpers_list_is_named_beside_the_targets_list_of_error_strings():
+    name, thread = _named_in_thread(stream_worker)
+    assert name == f"outputs (local of stream_helper() in thread {thread.name!r})"
 
 
 def test_a_threads_list_emptied_every_few_steps_is_a_reset_not_a_leak():
@@ -259,7 +295,8 @@ def test_a_leak_in_a_lambda_targets_function_is_not_pinned_on_another_threads_li
         stop.set()
         thread.join(10)
         other.join(10)
-    assert name == ""  # drain()'s kept or timing_worker()'s step_times: not told apart, not guessed
+    # timing_worker()'s step_times is given floats only: drain()'s kept is the one candidate
+    assert name == f"kept (local of drain() in thread {thread.name!r})"
 
 
 def test_the_fixes_say_where_a_thread_keeps_tensors_and_that_its_frames_are_not_read():

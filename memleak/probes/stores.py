@@ -244,7 +244,7 @@ def find_store(holder: str, regions: list[Region]) -> str | None:
 def filled_locals(code) -> list[tuple[str, str]]:
     """(name, type) of the local variables of a function's code that start as an empty container
     and are stored into (``predictions = []`` ... ``predictions.append(item)``: ("predictions",
-    "list")), read from its source."""
+    "list")), read from its source; not those it only stores plain values into (`_keeps_plain`)."""
     mtime = mtime_of(code.co_filename)
     if mtime is None:
         return []
@@ -264,7 +264,55 @@ def _filled_locals(filename: str, mtime: float, first: int, last: int, names: fr
         for t, v in _bindings(n)
         if isinstance(t, ast.Name) and t.id in names and _empty_container(v)
     }
-    return sorted((v, kind) for v, kind in started.items() if any(stores(n, v) for n in nodes))
+    return sorted(
+        (v, kind) for v, kind in started.items() if any(stores(n, v) for n in nodes) and not _keeps_plain(nodes, v)
+    )
+
+
+#: Calls whose result is a plain value, never a tensor: builtins (`errors.append(repr(e))`; not
+#: `x.float()`, a tensor's method) and a tensor's numbers read out (`log.append(loss.item())`).
+_PLAIN_BUILTINS = frozenset({"str", "repr", "int", "float", "bool", "len", "round", "format"})
+_PLAIN_METHODS = frozenset({"item", "tolist"})
+
+
+def _stored_values(nodes: list[ast.AST], var: str) -> list[ast.AST] | None:
+    """The values the statements in `nodes` put into the local `var` (`var.append(x)`, `var[k] = x`,
+    `var += x`), or None where one of its stores is of another form."""
+    values: list[ast.AST] = []
+    for n in nodes:
+        if not stores(n, var):
+            continue
+        if isinstance(n, ast.Call) and adds_to(n, var):
+            values += n.args
+        elif isinstance(n, ast.Assign) and all(isinstance(t, ast.Subscript) and ends_in(t, var) for t in n.targets):
+            values.append(n.value)
+        elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+            values.append(n.value)
+        else:
+            return None
+    return values
+
+
+def _plain(value: ast.AST) -> bool:
+    """Whether an expression is surely no tensor: a literal, an f-string, a number read out
+    (`.item()`, `float(...)`), or a tuple or list of those."""
+    if isinstance(value, (ast.Constant, ast.JoinedStr)):
+        return True
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return all(_plain(e) for e in value.elts)
+    if not isinstance(value, ast.Call):
+        return False
+    fn = value.func
+    return (isinstance(fn, ast.Name) and fn.id in _PLAIN_BUILTINS) or (
+        isinstance(fn, ast.Attribute) and fn.attr in _PLAIN_METHODS
+    )
+
+
+def _keeps_plain(nodes: list[ast.AST], var: str) -> bool:
+    """Whether every store into `var` puts a plain value (an `errors` list of `repr(e)`): it keeps
+    no tensor, so it is no candidate for a container found holding tensors."""
+    values = _stored_values(nodes, var)
+    return values is not None and bool(values) and all(_plain(v) for v in values)
 
 
 def _empty_container(value: ast.AST | None) -> bool:

@@ -17,8 +17,8 @@ run has the points a trend needs where the budget allows a handful of smaps read
 
 Reading smaps_rollup makes the kernel walk the worker's page tables: 3 to 10 ms a worker on a
 loaded 2-core machine. So the reads run on a time budget (``workers_budget=``, a share of the
-run's time, 2 % by default): a step without a read writes null. The workers' first 33 steps
-are read every 4th step whatever the budget (a start-up cost: 9 reads), so that a short run has
+run's time, 2 % by default): a step without a read writes null. The workers' first 34 steps
+are read every 3rd step whatever the budget (a start-up cost: 12 reads), so that a short run has
 the points a trend needs. Finding which DataLoader new
 workers belong to happens once per set of workers (probes/loaders.py). Linux only: elsewhere
 the probe is skipped.
@@ -37,9 +37,9 @@ from .host import PAGE, RSS_DENSE_STEPS, RSS_EVERY, statm_rss
 from .loaders import LoaderInfo, child_pids, identify, no_children
 
 #: The workers' private memory is read every YOUNG_EVERY-th step of their first YOUNG_STEPS,
-#: whatever the budget: 9 reads, the 8 points a trend needs and one more.
-YOUNG_STEPS = 33
-YOUNG_EVERY = 4
+#: whatever the budget: 12 reads, the 8 points a trend needs after a warm-up of a few.
+YOUNG_STEPS = 34
+YOUNG_EVERY = 3
 #: How many bytes of smaps_rollup to read: Private_Dirty is its eleventh line (about 400 bytes in).
 READ_BYTES = 1024
 
