@@ -59,6 +59,23 @@ def test_a_leaf_only_a_held_graph_keeps_is_held_by_that_holder_and_a_parameter_i
     assert id(w) not in walk.tensor_holder  # the run's own, though the same graph keeps it
 
 
+def test_the_leaves_of_every_entry_of_a_long_list_are_held_by_it_not_only_of_its_sampled_ends():
+    # the walk measures a long list by its ends; the graphs of the entries between are walked for
+    # their leaves only, so a survivor born in the middle of the run is not "held by nothing"
+    critic = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    kept, leaves = [], []
+    for _ in range(130):
+        mix = torch.randn(4, 8).requires_grad_(True)
+        (g,) = torch.autograd.grad(critic(mix).sum(), mix, create_graph=True)
+        kept.append(((g.norm(2, dim=1) - 1) ** 2).mean())
+        leaves.append(id(mix))
+        del mix, g
+    walk = walk_roots(step=1, model=None, optimizer=None, ages=Ages(), exclude={id(p) for p in critic.parameters()},
+                      frames=[sys._getframe()])
+    assert [walk.tensor_holder.get(i) for i in leaves] == ["kept"] * 130
+    assert walk.holders["kept"].nodes_capped  # the node count still says it is a lower bound
+
+
 def test_a_carried_hidden_state_is_linked_and_the_loss_built_on_it_is_not():
     rnn = nn.GRU(3, 5, batch_first=True)
     hidden = torch.zeros(1, 2, 5)

@@ -21,6 +21,10 @@ from .walk_scope import NAME_ALL_UP_TO, index_bounds, owner_bound
 
 #: Of a holder's graphs, the first this many are kept for `_finish` to measure (the rest counted).
 GRAPHS_SAMPLED = 64
+#: ...and the newest this many past them walked for the leaf tensors they keep (`_graph_leaves`), within
+#: the walk's node budget (newest first): the survivor check looks at the leaves of every entry of a
+#: long list, not only of its first ones.
+LATE_GRAPHS = 1024
 
 
 @dataclass
@@ -50,6 +54,8 @@ class HolderStats:
     _storages: dict = field(default_factory=dict, repr=False)
     _grad_fns: list = field(default_factory=list, repr=False)
     _out_nrs: list = field(default_factory=list, repr=False)
+    # the newest graphs past the sampled ones (a long list's later entries): walked for their leaves only
+    _late_fns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LATE_GRAPHS), repr=False)
 
     def row(self, stored: str = "") -> HolderRow:
         """The holder's row of the ``holders`` record; `stored`: the user's line that stores into it."""
@@ -154,10 +160,14 @@ class HolderTally:
         """Map every tensor in a long container, or in the dicts, tuples and lists it holds (a
         record per step), to its holder. Only the ends are measured (sampled), but an id lookup
         is cheap, and without it tensors born in the middle would look held by nothing."""
+        late = None
         for it in itertools.islice(_one_level_down(items), NAME_ALL_UP_TO):
             if issubclass(type(it), torch.Tensor):
                 self.tensor_holder.setdefault(id(it), holder)
                 self._name_base(it, holder)
+                if it.grad_fn is not None:  # its graph's leaves are the holder's too (`_finish`)
+                    late = self._stats(holder, "")._late_fns if late is None else late
+                    late.append(it.grad_fn)
 
     def _name_base(self, t: torch.Tensor, holder: str) -> None:
         """The base a view keeps alive is held by the view's holder too: a view and its base
@@ -230,6 +240,8 @@ class HolderTally:
         if len(st._grad_fns) < GRAPHS_SAMPLED:
             st._grad_fns.append(fn)
             st._out_nrs.append(output_nr)
+        else:
+            st._late_fns.append(fn)
 
     def _array(self, a: Any, holder: str, kind: str, weight: float, note: str) -> None:
         """A numpy array with memory of its own: counted, with its bytes and age, as a tensor is
@@ -286,10 +298,15 @@ class HolderTally:
                     st.seq = (info.lo, info.hi)
                 self._graph_leaves(info.leaves, st.holder)
                 left -= st.nodes
+                if st._late_fns and left > 0:  # not counted (the count says it is a lower bound): their leaves only
+                    late = graph_info(list(st._late_fns), min(self.graph_cap, left))
+                    self._graph_leaves(late.leaves, st.holder)
+                    left -= late.nodes
             if now:
                 self.roots[st.holder] = now
             st._grad_fns = []
             st._out_nrs = []
+            st._late_fns.clear()
             st._storages = {}
 
     def _graph_leaves(self, leaves: list, holder: str) -> None:
