@@ -20,6 +20,8 @@ under the growth test's share of the level."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..run import Run
@@ -34,20 +36,38 @@ EVENT = "dataloader_workers"
 #: interpreter objects it touches once); a copy of a Dataset worth reporting is megabytes.
 MIN_PRIVATE_RISE = 1 << 20
 
-#: Each series the workers are judged on: what it is, and what its growth means.
+_COPY_ON_READ = (
+    "copy-on-read: the workers were forked, and each copies the pages of the Dataset's Python objects as "
+    "it touches their reference counts, so its private memory grows toward a whole copy"
+)
+
+
+class Series(NamedTuple):
+    """One series the workers are judged on: its name in the growth line and in the projection,
+    what the projection on it is (empty: exact), and what its growth means."""
+
+    name: str
+    short: str
+    bound: str
+    why: str
+
+
 SERIES = {
-    "rss": (
+    "rss": Series(
         "resident set size (RSS)",
+        "RSS",
+        " at most (each worker's RSS counts the pages it shares with this process again)",
         "copy-on-read leaves RSS flat (a copied page was resident already), so the workers allocate memory "
         "of their own and keep it",
     ),
-    "private": (
-        "private memory (pages no other process maps)",
-        "copy-on-read: the workers were forked, and each copies the pages of the Dataset's Python objects as "
-        "it touches their reference counts, so its private memory grows toward a whole copy",
+    "private": Series("private memory (pages no other process maps)", "private memory", "", _COPY_ON_READ),
+    "pss": Series(
+        "proportional set size (PSS)",
+        "PSS",
+        " at most (PSS counts the pages the workers share with this process twice)",
+        _COPY_ON_READ,
     ),
 }
-SERIES["pss"] = ("proportional set size (PSS)", SERIES["private"][1])
 
 FIX = (
     "Keep the Dataset's data in a few large objects instead of many Python ones: numpy arrays "
@@ -104,8 +124,7 @@ def _growing(run: Run, ev: dict, rows: np.ndarray) -> tuple[list[str], str, dict
     rss = [c for c in ev.get("rss_columns") or () if isinstance(c, str) and c in run.steps]
     columns, series = _columns(run, ev)
     for cols, name in ((rss, "rss"), (columns, series)):
-        growth = {c: _growth(run, c, rows) for c in cols}
-        growing = {c: g for c, g in growth.items() if g is not None and g.leak and g.slope > 0}
+        growing = {c: g for c in cols if (g := _grows(run, c, rows)) is not None}
         if growing:
             return cols, name, growing
     return columns, series, {}
@@ -128,6 +147,12 @@ def _growth(run: Run, column: str, rows: np.ndarray) -> Growth | None:
         # its own memory is a small part of a large level, so only the rise itself counts
         min_rel = MIN_PRIVATE_RISE / level
     return analyze_growth(part, column, min_rel=min_rel)
+
+
+def _grows(run: Run, column: str, rows: np.ndarray) -> Growth | None:
+    """One worker's growth over `rows` where it grows steadily (a leak's shape, rising), else None."""
+    g = _growth(run, column, rows)
+    return g if g is not None and g.leak and g.slope > 0 else None
 
 
 def _judge(run: Run, ev: dict, rows: np.ndarray) -> Finding | None:
@@ -215,7 +240,7 @@ def _past_epoch(run: Run, columns: list[str], rows: np.ndarray, epoch, start: fl
         return False
     step = np.asarray(run.steps["step"], dtype=float)[rows]
     later = rows[step >= start + float(epoch)]
-    return any((g := _growth(run, c, later)) is not None and g.leak and g.slope > 0 for c in columns)
+    return any(_grows(run, c, later) is not None for c in columns)
 
 
 def _beyond_copy(run: Run, ev: dict, growing: dict[str, Growth], rows: np.ndarray) -> bool:
@@ -241,7 +266,7 @@ def _growth_line(
         f"{c.split('_')[0]} {fmt_bytes(g.slope, signed=True)}/step (to {fmt_bytes(levels.get(c))})"
         for c, g in growing.items()
     )
-    what, why = SERIES[series]
+    what, why = SERIES[series].name, SERIES[series].why
     if beyond:
         why = (
             f"more than copy-on-read can copy: the Dataset holds {ev.get('dataset_objects'):,} Python objects, at "
@@ -258,11 +283,7 @@ def _growth_line(
 def _projection_line(projected, main: float, epoch, start, last, host, series: str) -> str:
     left = max(0.0, start + float(epoch) - 1 - last)
     share = f" ({projected / float(host):.0%} of the host's {fmt_bytes(host)})" if host else ""
-    what = {"rss": "RSS", "private": "private memory", "pss": "PSS"}[series]
-    bound = {
-        "rss": " at most (each worker's RSS counts the pages it shares with this process again)",
-        "pss": " at most (PSS counts the pages the workers share with this process twice)",
-    }.get(series, "")
+    what, bound = SERIES[series].short, SERIES[series].bound
     return (
         f"projected at the end of the epoch ({epoch} steps, {left:.0f} to go): this process's RSS "
         f"{fmt_bytes(main)} plus the workers' {what} {fmt_bytes(projected - main)}, about "
