@@ -244,6 +244,28 @@ def test_bptt_loop_ranks_hidden_above_loss_read_after_the_step():
     assert all(s.confidence < top.confidence for s in report.suspects if s.location == "loss")
 
 
+
+def test_a_mean_recomputed_from_a_growing_list_of_losses_is_not_called_a_chain_of_its_own():
+    """`mean = sum(losses) / len(losses)` each step: the mean's graph grows with the list, but it is
+    never built on the mean before; the list of losses is named, and the mean's fix points at it."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    losses = []
+    with memleak.track(model, level="full") as tracker:
+        for _ in range(24):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            loss.backward()
+            losses.append(loss)
+            mean = sum(losses) / len(losses)
+            tracker.step()
+    report = tracker.report()
+    assert report.suspects[0].location == "losses"
+    (second,) = [s for s in report.suspects if s.location == "mean"]
+    assert second.confidence < report.suspects[0].confidence
+    assert "`losses`" in second.fix and "previous value" not in second.fix
+    assert any("not built on its previous value" in e for e in second.evidence)
+
+
 # ---------------------------------------------------------------- creation sites
 def _call_from(filename: str):
     """Run `fn()` from code whose frames claim to live in `filename`."""

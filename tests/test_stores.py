@@ -36,6 +36,9 @@ SOURCE = textwrap.dedent('''
 
     def remember(t):
         SEEN.get().append(t)
+
+    def log_to(frame, step, loss):
+        frame.loc[len(frame)] = [step, loss]
 ''')
 
 
@@ -54,12 +57,13 @@ def test_the_adding_line_is_found_and_initialisations_are_not(tmp_path):
     lines = SOURCE.splitlines()
     at = {name: 1 + next(i for i, text in enumerate(lines) if needle in text) for name, needle in
           [("append", "history.append"), ("total", "total +="), ("cache", "self.cache = y"), ("log", "self.log["),
-           ("seen", "SEEN.get().append")]}
+           ("seen", "SEEN.get().append"), ("frame", "frame.loc[")]}
     assert store_line(str(path), 1, 100, "history") == at["append"]
     assert store_line(str(path), 1, 100, "total") == at["total"]
     assert store_line(str(path), 1, 100, "blocks.0.cache") == at["cache"]  # not `self.cache = None`
     assert store_line(str(path), 1, 100, "layer.log['y']") == at["log"]
     assert store_line(str(path), 1, 100, "SEEN") == at["seen"]  # into the ContextVar's value, not its creation
+    assert store_line(str(path), 1, 100, "frame") == at["frame"]  # a pandas row set through `.loc`
     assert store_line(str(path), 1, 100, "nowhere") is None
     assert store_line(str(path), 12, 100, "history") is None  # outside the span searched
     assert find_store("history", [(str(path), 1, 100)]) == f"train.py:{at['append']}"

@@ -132,6 +132,16 @@ def _code_name(holder: str) -> str:
     return f"self.{leaf_name(name)}" if "." in name else leaf_name(name)
 
 
+def fed_chain_fix(holder: str, feeders: list[str]) -> str:
+    """The fix of a graph that grows only with the tensors other holders keep: fix those."""
+    first = feeders[0]
+    return (
+        f"`{holder}` is computed every step from the tensors `{first}` keeps, so its graph grows with them: keep "
+        f"numbers (`loss.item()`) or detached tensors (`loss.detach()`) in `{first}` and `{holder}` stops growing "
+        f"too (compute it from them, under `torch.no_grad()` if it needs no gradient)."
+    )
+
+
 def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None) -> str:
     """Chained graphs (each step's built on the last) are cut with `.detach()`; graphs merely
     kept alongside their tensors are not built at all (no_grad) or dropped (`.detach()`)."""

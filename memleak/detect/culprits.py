@@ -29,6 +29,7 @@ from ..records import HoldersRecord
 from ..run import Run
 from ..schema import Boundary, Finding, Kind
 from .bounded import filling_bounded
+from .culprit_fixes import fed_chain_fix
 from .culprit_table import Entries, merge_siblings
 from .graphs import linked_counts
 from .holder_growth import buffer_findings, holder_findings
@@ -56,8 +57,7 @@ def detect(run: Run) -> list[Finding]:
     birth_findings(run.births, holders, hkinds, findings)
     if saved_info is not None:
         attach_saved(saved_info, findings, hkinds)
-    if carried:
-        _cap_uncarried_chains(findings, carried)
+    _cap_uncarried_chains(findings, carried)
     module_evidence(run.module_records, findings)
     object_findings(run, holders, hkinds, findings)  # Python data, once the tensors' causes are known
     _spare_bounded(holders, findings, run.capacity_bytes())
@@ -152,10 +152,36 @@ def _spare_bounded(holders: Sequence[HoldersRecord], findings: Entries, memory: 
 
 
 def _cap_uncarried_chains(findings: Entries, carried) -> None:
-    """A chained graph that is not carried into the next step only hangs off the carried one."""
+    """A chained graph that is not carried into the next step only hangs off the carried one, or
+    off the tensors a growing container keeps (``avg = sum(losses) / len(losses)`` each step: the
+    graph of `avg` grows with `losses`, never built on the `avg` before)."""
+    feeders = sorted(loc for loc, f in findings.items() if _keeps_more_graphs(f.get("data", {})))
     for loc, f in findings.items():
-        if f.get("data", {}).get("chained") and loc not in carried:
+        data = f.get("data", {})
+        if not data.get("chained") or loc in carried:
+            continue
+        if carried:
             f["confidence"] = min(f["confidence"], 0.7)
+        elif feeders and not data.get("capped"):
+            f["confidence"] = min(f["confidence"], 0.7)
+            f["evidence"].append(_fed_by(loc, feeders))
+            f["fix"] = fed_chain_fix(loc, feeders)
+
+
+def _keeps_more_graphs(data: dict) -> bool:
+    """A holder that gains tensors, some of them carrying their autograd graphs."""
+    return bool(data.get("count_grows")) and bool(data.get("grad")) and data["grad"][-1] > 0
+
+
+def _fed_by(loc: str, feeders: list[str]) -> str:
+    return (
+        f"no sampled step's graph of {loc} reached the one {loc} held at the step before: it is not built on "
+        f"its previous value but computed from tensors that {_names(feeders)} keep(s) gaining, and grows with them"
+    )
+
+
+def _names(locs: list[str]) -> str:
+    return ", ".join(locs[:3]) + (f" and {len(locs) - 3} more" if len(locs) > 3 else "")
 
 
 def _finding(loc: str, f: dict) -> Finding:

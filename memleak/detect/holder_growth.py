@@ -187,6 +187,8 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             "nodes": h.nodes,
             "chained": chained,
             "carried": name in carried,
+            "count_grows": h.count_trend is not None,
+            "capped": h.cap_at is not None,  # its graph walk hit the node cap: a link may lie past it
             # one fresh tensor a step whose size alone rose: a leak only if memory rises with it
             "bytes_only": not (h.count_trend or h.node_trend) and h.old[-1] == 0,
             # held in host memory on a device run (numpy arrays, CPU copies): the host series shows it

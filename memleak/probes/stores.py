@@ -26,10 +26,17 @@ _ADDERS = frozenset(
 _EMPTY_CALLS = frozenset({"list", "dict", "set", "deque", "defaultdict", "OrderedDict", "Counter", "tuple"})
 
 
+#: pandas' indexers: `frame.loc[k] = row` stores into `frame`.
+_INDEXERS = frozenset({"loc", "iloc", "at", "iat"})
+
+
 def ends_in(node: ast.AST, leaf: str) -> bool:
-    """`leaf`, `x.leaf`, `leaf[k]`, `x.leaf[k][j]`, `leaf.get()` (a ContextVar's value, a dict's) ..."""
+    """`leaf`, `x.leaf`, `leaf[k]`, `x.leaf[k][j]`, `leaf.get()` (a ContextVar's value, a dict's),
+    `leaf.loc[k]` ..."""
     while isinstance(node, ast.Subscript) or _is_get(node):
         node = node.value if isinstance(node, ast.Subscript) else node.func.value  # type: ignore[attr-defined]
+        if isinstance(node, ast.Attribute) and node.attr in _INDEXERS:
+            node = node.value
     return (isinstance(node, ast.Name) and node.id == leaf) or (isinstance(node, ast.Attribute) and node.attr == leaf)
 
 
