@@ -35,6 +35,10 @@ HOST_COLUMNS = ("heap_bytes", "rss_bytes")
 #: memleak's own bytes on the C heap (its bookkeeping, what it imports mid-run): taken off the host
 #: series wherever they are judged or drawn.
 OWN_COLUMN = "memleak_bytes"
+#: What a probe's sample returns while tracemalloc traces (probes/alloc_sites.py): (whether the
+#: step's host reads saw its tables, the bytes of them the sample itself started or freed). The
+#: tracker empties those reads, keeps the bytes out of its bookkeeping's own, and writes neither.
+TRACED_OWN = "_traced_own_bytes"
 #: Something that happened once: an OOM, a warning, a snapshot dump, a probe that was skipped.
 EVENT = "event"
 

@@ -73,6 +73,17 @@ def test_long_containers_are_sampled_and_extrapolated():
     assert w.nodes < 200
 
 
+def test_a_long_list_of_rows_of_many_batches_counts_every_batch_and_one_of_aliases_counts_one():
+    rows = [row for _ in range(20) for row in torch.zeros(16, 4)]  # 320 views, a base of 256 B each 16
+    base = torch.zeros(16, 4)
+    aliases = [base[i % 16] for i in range(320)]  # 320 views of one base
+    w = _walk()
+    assert w.holders["rows"].estimated and w.holders["aliases"].estimated
+    # the ends sampled hold a few bases; each stands for its stretch of the list (20 bases in all)
+    assert 10 * 256 <= w.holders["rows"].nbytes <= 40 * 256
+    assert w.holders["aliases"].nbytes == 256
+
+
 def test_graph_nodes_are_counted_and_bounded():
     x = torch.randn(3, requires_grad=True)
     total = x.sum()

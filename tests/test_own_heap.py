@@ -29,7 +29,7 @@ def test_a_counters_step_keeps_no_heap_but_the_live_columns_growth(tmp_path, mon
         self.base = self.counter()
         return self.base
 
-    def settle(self, may_keep, frees=True):
+    def settle(self, may_keep, frees=True, shift=0):
         kept.append((may_keep, self.counter() - self.base))
 
     real_append = LiveCheck.append

@@ -30,7 +30,9 @@ def entry(findings: Entries, loc: str, **kw) -> dict:
 
 def merge_siblings(findings: Entries) -> None:
     """Attributes of one object that grow together (a metric's ``preds`` and ``target``) are one
-    cause: the biggest keeps its location and takes the others' evidence."""
+    cause: the biggest keeps its location and takes the others' evidence. Tensors that carry their
+    autograd graphs cost far more than their own bytes (suspects.py counts the graphs later), so
+    one that keeps graphs comes before one that keeps only bytes (a loss beside an accuracy)."""
     by_parent: dict[str, list[str]] = defaultdict(list)
     for loc, f in findings.items():
         if (
@@ -43,7 +45,7 @@ def merge_siblings(findings: Entries) -> None:
     for parent, locs in by_parent.items():
         if len(locs) < 2:
             continue
-        locs.sort(key=lambda name: (-findings[name]["bps"], name))
+        locs.sort(key=lambda name: (not keeps_graphs(findings[name]), -findings[name]["bps"], name))
         keep = findings[locs[0]]
         for other in locs[1:]:
             f = findings.pop(other)
@@ -52,3 +54,9 @@ def merge_siblings(findings: Entries) -> None:
             keep["bps"] += f["bps"]
             keep["total"] += f["total"]
             keep["confidence"] = max(keep["confidence"], f["confidence"])
+
+
+def keeps_graphs(f: dict) -> bool:
+    """Whether the entry's holder keeps tensors that carry a grad_fn."""
+    grad = f.get("data", {}).get("grad")
+    return bool(grad) and grad[-1] > 0

@@ -28,9 +28,10 @@ from collections.abc import Sequence
 from ..records import HoldersRecord
 from ..run import Run
 from ..schema import Boundary, Finding, Kind
+from .alloc_sites import site_findings
 from .bounded import filling_bounded
 from .culprit_fixes import fed_chain_fix
-from .culprit_table import Entries, merge_siblings
+from .culprit_table import Entries, keeps_graphs, merge_siblings
 from .graphs import linked_counts
 from .holder_growth import buffer_findings, holder_findings
 from .module_outputs import module_evidence
@@ -60,6 +61,7 @@ def detect(run: Run) -> list[Finding]:
     _cap_uncarried_chains(findings, carried)
     module_evidence(run.module_records, findings)
     object_findings(run, holders, hkinds, findings)  # Python data, once the tensors' causes are known
+    site_findings(run, holders, findings)  # lines whose allocations grow where no holder was named
     _spare_bounded(holders, findings, run.capacity_bytes())
     if run.meta.get("gc_enabled") is False:
         _collector_off(findings, hkinds)
@@ -155,7 +157,8 @@ def _cap_uncarried_chains(findings: Entries, carried) -> None:
     """A chained graph that is not carried into the next step only hangs off the carried one, or
     off the tensors a growing container keeps (``avg = sum(losses) / len(losses)`` each step: the
     graph of `avg` grows with `losses`, never built on the `avg` before)."""
-    feeders = sorted(loc for loc, f in findings.items() if _keeps_more_graphs(f.get("data", {})))
+    # holders gaining tensors that carry their graphs
+    feeders = sorted(loc for loc, f in findings.items() if f.get("data", {}).get("count_grows") and keeps_graphs(f))
     for loc, f in findings.items():
         data = f.get("data", {})
         if not data.get("chained") or loc in carried:
@@ -166,11 +169,6 @@ def _cap_uncarried_chains(findings: Entries, carried) -> None:
             f["confidence"] = min(f["confidence"], 0.7)
             f["evidence"].append(_fed_by(loc, feeders))
             f["fix"] = fed_chain_fix(loc, feeders)
-
-
-def _keeps_more_graphs(data: dict) -> bool:
-    """A holder that gains tensors, some of them carrying their autograd graphs."""
-    return bool(data.get("count_grows")) and bool(data.get("grad")) and data["grad"][-1] > 0
 
 
 def _fed_by(loc: str, feeders: list[str]) -> str:

@@ -58,6 +58,12 @@ LEAK_FIX_AFTER_FULL = (
     "or a library's own cache; an object it skips) or is not Python "
     "objects at all (native allocations); tracemalloc snapshots two steps apart show the growing site."
 )
+#: ... its last clause where memleak traced the allocations itself (probes/alloc_sites.py).
+TRACED_NO_SITE = (
+    "tracemalloc, run by memleak over steps {since}-{step} while the heap rose, found no line of your code "
+    "whose Python or numpy allocations grew with it: what grows is most likely native memory (torch's own, "
+    "a C extension's)."
+)
 HOST_FIX = (
     "Host memory grows every step. Look for host-side lists or dicts that grow each "
     "iteration (metrics, predictions moved to CPU, logged tensors or strings), Python objects "
@@ -162,7 +168,11 @@ def leak_fix(run: Run) -> str:
         return LEAK_FIX
     n = sum(b - a + 1 for a, b in full)
     steps = f"step {full[0][0]}" if n == 1 else f"{n} steps"
-    return LEAK_FIX.rsplit(" Run with", 1)[0] + " " + LEAK_FIX_AFTER_FULL.format(steps=steps)
+    fix = LEAK_FIX.rsplit(" Run with", 1)[0] + " " + LEAK_FIX_AFTER_FULL.format(steps=steps)
+    traced = [e for e in run.events if e.get("event") == "alloc_sites"]
+    if traced:  # memleak ran tracemalloc itself: no line it found explains the growth, or one would be named
+        fix = fix.rsplit(" tracemalloc snapshots", 1)[0] + " " + TRACED_NO_SITE.format(**traced[-1])
+    return fix
 
 
 # ---------------------------------------------------------------- input

@@ -35,6 +35,8 @@ class ProbeContext:
     # whether the loop's optimizer steps run inside a compiled function (the whole training step is
     # compiled): a hook or mode installed for a step would then be traced into it
     compiled_step: Callable[[], bool] = lambda: False
+    # whether the live check's latest look took the host heap or RSS for a leak (recorder/live.py)
+    host_leaking: Callable[[], bool] = lambda: False
 
 
 class Probe:
@@ -129,9 +131,10 @@ def probes_for_level(level: str) -> list[Probe]:
 
         probes.append(ModuleProbe())
     if level in (Level.FULL, Level.AUTO):  # auto: the tracker turns their detail on in windows
+        from .alloc_sites import AllocSitesProbe
         from .tensors import TensorProbe
 
-        probes.extend([CensusProbe(), TensorProbe()])
+        probes.extend([CensusProbe(), TensorProbe(), AllocSitesProbe()])
     return probes
 
 

@@ -85,6 +85,18 @@ class HolderStats:
         )
 
 
+def _storages(items: list) -> set[int]:
+    """Where the tensors among `items` keep their memory."""
+    out = set()
+    for it in items:
+        if issubclass(type(it), torch.Tensor):
+            try:
+                out.add(it.untyped_storage().data_ptr())
+            except (RuntimeError, NotImplementedError):  # a tensor with no storage (meta, functional)
+                pass
+    return out
+
+
 def _one_level_down(items):
     """Each item, and for a dict, tuple or list item, its values."""
     for it in items:
@@ -129,6 +141,8 @@ class HolderTally:
         self.lengths: dict[str, int] = {}
         #: the attributes of each object walked, by its path (where that bound is an attribute)
         self.attrs_of: dict[str, dict] = {}
+        #: holders with a long container whose two ends share no storage (`_long_sampled`)
+        self.spread: set[str] = set()
 
     def _bound_children(self, obj: Any, attrs: dict, path: str) -> None:
         """An object's attributes (at `path`): where one names a bound (`owner_bound`: a replay
@@ -155,6 +169,18 @@ class HolderTally:
         if cap:
             st = self._stats(holder, "")
             st.capacity, st.length = cap, n
+
+    def _long_sampled(self, obj: Any, items: list, holder: str) -> None:
+        """A long container walked by its ends (`items`, head then tail): its counts are estimates,
+        every entry is named (`_name_unsampled`), and where its two ends keep tensors of no storage
+        in common (the rows of each step's batch, ``rows.extend(out)``), a storage its sampled
+        items share stands for one per stretch of the container, not one in all (`spread`)."""
+        self._estimated(holder)
+        self._name_unsampled(obj, holder)
+        half = len(items) // 2
+        head, tail = _storages(items[:half]), _storages(items[half:])
+        if head and tail and not head & tail:
+            self.spread.add(holder)
 
     def _name_unsampled(self, items, holder: str) -> None:
         """Map every tensor in a long container, or in the dicts, tuples and lists it holds (a
@@ -270,8 +296,10 @@ class HolderTally:
             st._storages[key] = [nb, weight, old, host]
         else:
             # a storage that two sampled tensors share is one storage, not one per element of a
-            # long container (a list of aliases, of state_dict()s): its bytes count once
-            seen[1] = 1.0
+            # long container (a list of aliases, of state_dict()s): its bytes count once, unless
+            # the container's ends share none (each stretch of it has storages of its own)
+            if holder not in self.spread:
+                seen[1] = 1.0
             seen[2] = seen[2] or old
         return st
 

@@ -305,8 +305,7 @@ class Walk(HolderTally):
                 items = [obj[i] for i in range(SEQ_SAMPLE)] + [obj[-i] for i in range(1, SEQ_SAMPLE + 1)]
             else:
                 items = list(obj[:SEQ_SAMPLE]) + list(obj[-SEQ_SAMPLE:])
-            self._estimated(holder or path)
-            self._name_unsampled(obj, holder or path)
+            self._long_sampled(obj, items, holder or path)
         w = weight * (n if filled is None else len(filled)) / len(items)  # each item sampled stands for this many
         by_class = n <= NAMED_KEYS and len(items) == n and named_by_class(items)  # a trainer's callbacks
         for it in items:

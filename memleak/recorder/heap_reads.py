@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..schema import HOST_COLUMNS, TRACED_OWN
+
 #: Reads may cost this share of the step time...
 HEAP_BUDGET = 0.002
 #: ...once the first DENSE_STEPS steps, each of them read, are over...
@@ -66,12 +68,28 @@ class HeapReads:
             self.base = None
         return self.base
 
-    def settle(self, kept: bool, frees: bool = True) -> None:
+    def settle(self, kept: bool, frees: bool = True, shift: int = 0) -> None:
         """After the step's bookkeeping: `kept`, it may have kept bytes on the heap, read again
         (~25 us) when this step was read (it was, if it was forced). `frees`: it may also have
         released some of memleak's (a batch written, the live columns moved, a detail step's
         walk); where it cannot have, a fall is another thread's frees meanwhile (a consumer thread
-        evicting a tensor as the step ends), not memleak's, and is not taken off its bytes."""
+        evicting a tensor as the step ends), not memleak's, and is not taken off its bytes. `shift`:
+        bytes the bookkeeping moved that are counted apart (tracemalloc's, started or stopped)."""
         if kept and self.base is not None:
-            delta = self.counter() - self.base
+            delta = self.counter() - self.base - shift
             self.own += delta if delta >= 0 or frees else 0
+
+
+def untraced(values: dict) -> int:
+    """A step's values without what tracemalloc's tables put in them (probes/alloc_sites.py): its
+    host reads emptied where they saw the tables; the bytes of them the sampling started or freed
+    (for `HeapReads.settle`), 0 where it did neither."""
+    traced = values.pop(TRACED_OWN, None)
+    if traced is None:
+        return 0
+    seen, shift = traced
+    if seen:
+        for col in HOST_COLUMNS:
+            if col in values:
+                values[col] = None
+    return shift

@@ -119,6 +119,7 @@ class LiveCheck:
         # growth an earlier live check saw, not yet confirmed (detect/lifetimes.py)
         self.pending: LiveState | None = None
         self.confirmed = False
+        self.leaking: str | None = None  # the column the latest check took for a leak (pending or not)
         # heap bytes the checks changed since the tracker last took them (what they keep, less the
         # garbage their collections freed: a drop memleak caused); the tracker counts them as its
         # own, off the host series (`run`)
@@ -238,6 +239,7 @@ class LiveCheck:
         was_pending = self.pending is not None
         pending_rows = self.pending.rows if self.pending is not None else 1
         verdict, self.pending = live_verdict(growth, y, x, self.pending)
+        self.leaking = growth.column if verdict == "leak" or self.pending is not None else None
         if verdict != "leak":
             if self.pending is not None and not was_pending:
                 # garbage older than this growth must not count as given back later

@@ -18,11 +18,11 @@ import torch
 from ..errors import UsageError
 from ..io import RecordSink, RunWriter
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
-from ..schema import CHECK_EVENT, DEFAULT_LEVEL, DETAIL_EVENT, OWN_COLUMN, Boundary, DetailReason, Level
+from ..schema import CHECK_EVENT, DEFAULT_LEVEL, DETAIL_EVENT, HOST_COLUMNS, OWN_COLUMN, Boundary, DetailReason, Level
 from . import running
 from .boundaries import Boundaries
 from .escalation import AutoLevel
-from .heap_reads import HeapReads
+from .heap_reads import HeapReads, untraced
 from .incidents import dump_history, oom_counters, read_now
 from .live import LiveCheck
 from .options import checked_options
@@ -78,9 +78,7 @@ class Tracker:
         self._step = 0
         self._live = LiveCheck(functools.partial(running.warned_elsewhere, weakref.ref(self)))
         self._auto = AutoLevel() if level == Level.AUTO else None  # when level auto turns full detail on
-        # steps may end in several threads at once: one at a time, numbered in order (reentrant, for
-        # an on_leak that calls step() or close())
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # steps end one at a time, in order; reentrant for on_leak's step()
         self._heap: Callable[[], int] | None = None  # the C heap counter (live check, OOM)
         self._heap_reads: HeapReads | None = None  # the step ends' reads, and memleak's own bytes on them
         self.sink: RecordSink | None = None
@@ -168,6 +166,7 @@ class Tracker:
             emit=self._emit_record,
             options=dict(self._budgets),
             compiled_step=lambda: self._boundaries.compiled,
+            host_leaking=lambda: self._live.leaking in HOST_COLUMNS,
         )
         skipped: list[tuple[str, str]] = []
         for probe in probes_for_level(self.level):
@@ -309,6 +308,7 @@ class Tracker:
             except Exception as e:  # a probe bug must not break the user's training loop
                 self._turn_off(probe, e)
         sampled = time.perf_counter() - now
+        shift = untraced(values)  # tracemalloc's tables while it traces (probes/alloc_sites.py)
         if heap is not None:
             values[OWN_COLUMN] = heap.own
         sink.step(values)
@@ -321,7 +321,7 @@ class Tracker:
                 self._started_sink().event(CHECK_EVENT, step=step)
                 change = self._auto.check(step, self._probes, self._turn_off)
         if heap is not None:  # what the probes and this bookkeeping kept on the heap is memleak's own
-            heap.settle(live.grew or sink.keeps_steps or not plain, frees=live.grew or sink.flushed or not plain)
+            heap.settle(live.grew or sink.keeps_steps or not plain, live.grew or sink.flushed or not plain, shift)
         if change is not None:
             self._set_detail(step + 1, *change)
         self._step = step = step + 1

@@ -1,0 +1,106 @@
+"""Growth no holder explains, named by the line of the user's code that allocates it: the
+``alloc_sites`` events (tracemalloc over a few steps once the host heap rose:
+probes/alloc_sites.py).
+
+A library that keeps what the user's line makes each step in state of its own (pyplot's open
+figures) leaves nothing for the reference walk to name: the host series grows, and no holder
+grows with it. The traced blocks that line made over the window and that were still alive at its
+end name it. A line counts when a host series leaks (the growth detector's own verdict), and
+what the line gained a step is a good part of that growth (`HOST_SHARE`) and at least
+`MIN_DATA_BPS`; where a holder the walk named is filled by that very line (`numpy.append` of a
+list's predictions), the line is evidence for that holder, not a second suspect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..records import HoldersRecord
+from ..run import Run
+from ..schema import Kind
+from ..units import fmt_bytes
+from .culprit_table import Entries, entry
+from .growth import analyze_growth
+from .object_holders import HOST_SHARE, host_growth
+from .thresholds import MIN_DATA_BPS
+
+EVENT = "alloc_sites"
+#: Confidence of a line no holder the walk named explains; lower beside one that does.
+ALONE = 0.8
+BESIDE = 0.6
+#: What to do with what a library keeps, where the library is known for one way to release it.
+RELEASE = {"matplotlib": "close each figure when done with it (`plt.close(fig)`, or `plt.close('all')`)"}
+
+
+def site_findings(run: Run, holders: Sequence[HoldersRecord], findings: Entries) -> None:
+    """An entry for each line whose traced allocations grow with host memory (none where host
+    memory does not grow); evidence for the holder that line fills, where the walk named one."""
+    events = [e for e in run.events if e.get("event") == EVENT and isinstance(e.get("sites"), list)]
+    if not events:
+        return
+    host = host_growth(run)
+    if host is None or host.slope <= 0 or not analyze_growth(run, host.column).leak:
+        return  # host memory must leak on its own terms: a line's gain over a few steps is no verdict
+    last = events[-1]
+    steps = max(1, int(last.get("step", 0)) - int(last.get("since", 0)))
+    stored = _stored_lines(holders, findings)
+    named = any(f.get("leak") for f in findings.values())
+    for site, lib, nbytes, blocks, code in last["sites"]:
+        per_step = float(nbytes) / steps
+        if per_step < max(MIN_DATA_BPS, HOST_SHARE * host.slope):
+            continue
+        line = _short(site)
+        words = _evidence(line, lib, code, float(nbytes), int(blocks), last, per_step)
+        if line in stored:
+            findings[stored[line]]["evidence"].append(words)
+            continue
+        f = entry(findings, line, kind=Kind.PYTHON_OBJECTS)
+        f.update(
+            kind=Kind.PYTHON_OBJECTS,
+            leak=True,
+            confidence=BESIDE if named else ALONE,
+            bps=per_step,
+            total=per_step * max(1, len(run.steps)),
+            fix=_fix(line, lib),
+            data={**f["data"], "alloc_site": True, "library": lib, "host_column": host.column},
+        )
+        f["evidence"] += [
+            words,
+            f"no holder the walk reaches keeps them{f': {lib} keeps them in state of its own' if lib else ''}; "
+            f"host memory grows with them ({host.column} {fmt_bytes(host.slope, signed=True)}/step)",
+        ]
+
+
+def _stored_lines(holders: Sequence[HoldersRecord], findings: Entries) -> dict[str, str]:
+    """The line that fills each holder with a leak entry (`HolderRow.stored`) -> that holder."""
+    out = {}
+    for r in holders:
+        for row in r.holders:
+            if row.stored and findings.get(row.holder, {}).get("leak"):
+                out[row.stored] = row.holder
+    return out
+
+
+def _short(site: str) -> str:
+    """``/path/to/train.py:42`` as the report names lines: ``train.py:42``."""
+    filename, _, line = site.rpartition(":")
+    return f"{Path(filename).name}:{line}"
+
+
+def _evidence(line: str, lib: str, code: str, nbytes: float, blocks: int, event: dict, per_step: float) -> str:
+    inside = f", inside {lib}," if lib else ""
+    shown = f" (`{code}`)" if code else ""
+    return (
+        f"tracemalloc over steps {event.get('since')}-{event.get('step')}: the blocks made at {line}{shown}{inside} "
+        f"gained {fmt_bytes(nbytes)} ({blocks} blocks, {fmt_bytes(per_step)} a step) that were still alive at its end"
+    )
+
+
+def _fix(line: str, lib: str) -> str:
+    how = RELEASE.get(lib, "release it when done with it (close it, or clear or bound the cache that keeps it)")
+    who = lib or "something the walk does not reach"
+    return (
+        f"At {line}: what this line makes each step is kept by {who} and never released: {how}, or make it "
+        f"once, outside the loop."
+    )
