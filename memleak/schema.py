@@ -36,8 +36,9 @@ HOST_COLUMNS = ("heap_bytes", "rss_bytes")
 #: series wherever they are judged or drawn.
 OWN_COLUMN = "memleak_bytes"
 #: What a probe's sample returns while tracemalloc traces (probes/alloc_sites.py): (whether the
-#: step's host reads saw its tables, the bytes of them the sample itself started or freed). The
-#: tracker empties those reads, keeps the bytes out of its bookkeeping's own, and writes neither.
+#: step's host reads saw its tables, the bytes of them the sample itself started or freed, whether
+#: tracing stopped since). The tracker empties those reads, keeps the bytes out of its
+#: bookkeeping's own, counts the rise tracing left as memleak's (heap_reads), and writes none.
 TRACED_OWN = "_traced_own_bytes"
 #: Something that happened once: an OOM, a warning, a snapshot dump, a probe that was skipped.
 EVENT = "event"

@@ -67,6 +67,7 @@ class AllocSitesProbe(Probe):
         self.first: Sites | None = None  # the first look's blocks by site
         self.first_step = 0
         self.next_screen: float = FIRST_STEP
+        self.stopped = False  # tracing stopped since the last sample
         self.detail = True  # level auto's detail steps (young ones and windows): the only ones it traces
         return {}
 
@@ -85,8 +86,10 @@ class AllocSitesProbe(Probe):
         before = self._traced()
         self._advance(step)
         after = self._traced()
-        # whether the step's host reads saw tracemalloc's tables, and what this sample changed of them
-        return {TRACED_OWN: (before > 0, after - before)} if before or after else {}
+        # whether the step's host reads saw tracemalloc's tables, what this sample changed of them,
+        # and whether tracing stopped since the last sample
+        stopped, self.stopped = self.stopped, False
+        return {TRACED_OWN: (before > 0, after - before, stopped)} if before or after or stopped else {}
 
     def _traced(self) -> int:
         return tracemalloc.get_tracemalloc_memory() if self.tracing_from is not None else 0
@@ -127,6 +130,7 @@ class AllocSitesProbe(Probe):
         if self.tracing_from is not None:
             tracemalloc.stop()
             self.tracing_from = None
+            self.stopped = True
 
     def finish(self, step: int) -> None:
         self._stop()

@@ -308,7 +308,7 @@ class Tracker:
             except Exception as e:  # a probe bug must not break the user's training loop
                 self._turn_off(probe, e)
         sampled = time.perf_counter() - now
-        shift = untraced(values)  # tracemalloc's tables while it traces (probes/alloc_sites.py)
+        shift = untraced(values, heap)  # tracemalloc's tables while it traces (probes/alloc_sites.py)
         if heap is not None:
             values[OWN_COLUMN] = heap.own
         sink.step(values)
