@@ -86,3 +86,4 @@ def test_a_loop_whose_heap_stays_flat_is_never_traced(monkeypatch):
             model(torch.randn(8, 64)).sum().backward()
             opt.step()
     assert started == []
+

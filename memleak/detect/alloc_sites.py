@@ -8,7 +8,8 @@ grows with it. The traced blocks that line made over the window and that were st
 end name it. A line counts when a host series leaks (the growth detector's own verdict), and
 what the line gained a step is a good part of that growth (`HOST_SHARE`) and at least
 `MIN_DATA_BPS`; where a holder the walk named is filled by that very line (`numpy.append` of a
-list's predictions), the line is evidence for that holder, not a second suspect.
+list's predictions), the line is evidence for that holder; where the walk named a leaking holder at
+all, the other lines are no suspects (what a retained graph makes on the way, say).
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from .object_holders import HOST_SHARE, host_growth
 from .thresholds import MIN_DATA_BPS
 
 EVENT = "alloc_sites"
-#: Confidence of a line no holder the walk named explains; lower beside one that does.
+#: Confidence of a line that explains growth where the walk named no holder.
 ALONE = 0.8
-BESIDE = 0.6
 #: What to do with what a library keeps, where the library is known for one way to release it.
 RELEASE = {"matplotlib": "close each figure when done with it (`plt.close(fig)`, or `plt.close('all')`)"}
 
@@ -55,11 +55,13 @@ def site_findings(run: Run, holders: Sequence[HoldersRecord], findings: Entries)
         if line in stored:
             findings[stored[line]]["evidence"].append(words)
             continue
+        if named:  # a holder the walk named explains the growth: its allocations by the way are no suspect
+            continue
         f = entry(findings, line, kind=Kind.PYTHON_OBJECTS)
         f.update(
             kind=Kind.PYTHON_OBJECTS,
             leak=True,
-            confidence=BESIDE if named else ALONE,
+            confidence=ALONE,
             bps=per_step,
             total=per_step * max(1, len(run.steps)),
             fix=_fix(line, lib),
