@@ -39,7 +39,7 @@ OWN_COLUMN = "memleak_bytes"
 #: step's host reads saw its tables, the bytes of them the sample itself started or freed, whether
 #: tracing stopped since). The tracker empties those reads, keeps the bytes out of its
 #: bookkeeping's own, counts the rise tracing left as memleak's (heap_reads), and writes none.
-TRACED_OWN = "_traced_own_bytes"
+TRACING = "_tracing"
 #: Something that happened once: an OOM, a warning, a snapshot dump, a probe that was skipped.
 EVENT = "event"
 
@@ -116,6 +116,8 @@ DETAIL_EVENT = "detail"
 #: The event of each of the auto level's checks (the reference walk at the end of a step, between
 #: windows): ``{"event": "check", "step": the step}``; `Run.check_steps` reads them back.
 CHECK_EVENT = "check"
+#: The event of a tracemalloc window: the user's lines whose blocks it saw stay alive (probes/alloc_sites.py).
+ALLOC_SITES_EVENT = "alloc_sites"
 
 
 class DetailReason(StrEnum):

@@ -137,14 +137,14 @@ def test_the_rise_tracing_leaves_beyond_the_trend_before_it_is_memleaks_own():
     heap = HeapReads(lambda: next(heap_values), every_step=True)
     for step in range(4):  # 10 bytes a step
         heap.begin(step, 0.01, lambda: False)
-    values = {"step": 3, heap_reads.TRACED_OWN: (False, 50, False)}  # tracing started at step 3's end
+    values = {"step": 3, heap_reads.TRACING: (False, 50, False)}  # tracing started at step 3's end
     assert heap_reads.untraced(values, heap) == 50
     for step in (4, 5, 6):  # traced: their reads are emptied
         heap.begin(step, 0.01, lambda: False)
-        values = {"step": step, "heap_bytes": heap.base, heap_reads.TRACED_OWN: (True, -50 if step == 6 else 0, False)}
+        values = {"step": step, "heap_bytes": heap.base, heap_reads.TRACING: (True, -50 if step == 6 else 0, False)}
         heap_reads.untraced(values, heap)
         assert values["heap_bytes"] is None
-    heap_reads.untraced({"step": 6, heap_reads.TRACED_OWN: (False, 0, True)}, heap)  # stopped
+    heap_reads.untraced({"step": 6, heap_reads.TRACING: (False, 0, True)}, heap)  # stopped
     heap.begin(7, 0.01, lambda: False)  # 200 where the trend says 170: 30 are memleak's
     assert heap.own == 30
     heap.begin(8, 0.01, lambda: False)

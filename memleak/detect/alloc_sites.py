@@ -1,6 +1,6 @@
 """Growth no holder explains, named by the line of the user's code that allocates it: the
-``alloc_sites`` events (tracemalloc over a few steps once the host heap rose:
-probes/alloc_sites.py).
+``alloc_sites`` events (tracemalloc over a few steps once the live check took host memory for a
+leak: probes/alloc_sites.py).
 
 A library that keeps what the user's line makes each step in state of its own (pyplot's open
 figures) leaves nothing for the reference walk to name: the host series grows, and no holder
@@ -19,14 +19,13 @@ from pathlib import Path
 
 from ..records import HoldersRecord
 from ..run import Run
-from ..schema import Kind
+from ..schema import ALLOC_SITES_EVENT, Kind
 from ..units import fmt_bytes
 from .culprit_table import Entries, entry
 from .growth import analyze_growth
 from .object_holders import HOST_SHARE, host_growth
 from .thresholds import MIN_DATA_BPS
 
-EVENT = "alloc_sites"
 #: Confidence of a line that explains growth where the walk named no holder.
 ALONE = 0.8
 #: What to do with what a library keeps, where the library is known for one way to release it.
@@ -36,7 +35,7 @@ RELEASE = {"matplotlib": "close each figure when done with it (`plt.close(fig)`,
 def site_findings(run: Run, holders: Sequence[HoldersRecord], findings: Entries) -> None:
     """An entry for each line whose traced allocations grow with host memory (none where host
     memory does not grow); evidence for the holder that line fills, where the walk named one."""
-    events = [e for e in run.events if e.get("event") == EVENT and isinstance(e.get("sites"), list)]
+    events = [e for e in run.events if e.get("event") == ALLOC_SITES_EVENT and isinstance(e.get("sites"), list)]
     if not events:
         return
     host = host_growth(run)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..run import HOST_COLUMNS, Run, own_adjusted, step_axis
-from ..schema import Finding, Kind, Shape, to_jsonable
+from ..schema import ALLOC_SITES_EVENT, Finding, Kind, Shape, to_jsonable
 from ..units import fmt_bytes
 from .growth_shape import MIN_POINTS, Verdict, classify, label_warmup, warmup_length
 from .thresholds import min_rel_growth
@@ -169,7 +169,7 @@ def leak_fix(run: Run) -> str:
     n = sum(b - a + 1 for a, b in full)
     steps = f"step {full[0][0]}" if n == 1 else f"{n} steps"
     fix = LEAK_FIX.rsplit(" Run with", 1)[0] + " " + LEAK_FIX_AFTER_FULL.format(steps=steps)
-    traced = [e for e in run.events if e.get("event") == "alloc_sites"]
+    traced = [e for e in run.events if e.get("event") == ALLOC_SITES_EVENT]
     if traced:  # memleak ran tracemalloc itself: no line it found explains the growth, or one would be named
         fix = fix.rsplit(" tracemalloc snapshots", 1)[0] + " " + TRACED_NO_SITE.format(**traced[-1])
     return fix

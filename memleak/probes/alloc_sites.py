@@ -18,7 +18,7 @@ each line gained in between is an ``alloc_sites`` event (`detect/alloc_sites.py`
 most `MAX_TRACES` windows a run, the second only once the run is `LATER` times as
 long as at the first (a rise at the start is often a warm-up). tracemalloc's tables are on the C
 heap while it traces, a few dozen bytes a live block more than it reports: the host reads of the
-traced steps are left empty (`sample` returns ``TRACED_OWN``; recorder/heap_reads.untraced), and
+traced steps are left empty (`sample` returns ``TRACING``; recorder/heap_reads.untraced), and
 starting and stopping are no bookkeeping of memleak's that stays. A program that traces itself
 is left alone: the probe stays off.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records import Event
-from ..schema import TRACED_OWN, RecordType
+from ..schema import ALLOC_SITES_EVENT, TRACING, RecordType
 from . import Probe, ProbeContext, Unavailable
 from .frames import is_user_file
 
@@ -89,7 +89,7 @@ class AllocSitesProbe(Probe):
         # whether the step's host reads saw tracemalloc's tables, what this sample changed of them,
         # and whether tracing stopped since the last sample
         stopped, self.stopped = self.stopped, False
-        return {TRACED_OWN: (before > 0, after - before, stopped)} if before or after or stopped else {}
+        return {TRACING: (before > 0, after - before, stopped)} if before or after or stopped else {}
 
     def _traced(self) -> int:
         return tracemalloc.get_tracemalloc_memory() if self.tracing_from is not None else 0
@@ -123,7 +123,7 @@ class AllocSitesProbe(Probe):
         gains.sort(reverse=True)
         rows = [[site, lib, size, count, _code(site)] for size, count, (site, lib) in gains[:TOP_SITES]]
         body = {"step": step, "since": self.first_step, "sites": rows, "nframe": NFRAMES}
-        self.ctx.emit(RecordType.EVENT, Event("alloc_sites", body).to_dict())
+        self.ctx.emit(RecordType.EVENT, Event(ALLOC_SITES_EVENT, body).to_dict())
         self.next_screen = step * LATER if self.traces < MAX_TRACES else float("inf")
 
     def _stop(self) -> None:

@@ -86,15 +86,8 @@ class HolderStats:
 
 
 def _storages(items: list) -> set[int]:
-    """Where the tensors among `items` keep their memory."""
-    out = set()
-    for it in items:
-        if issubclass(type(it), torch.Tensor):
-            try:
-                out.add(it.untyped_storage().data_ptr())
-            except (RuntimeError, NotImplementedError):  # a tensor with no storage (meta, functional)
-                pass
-    return out
+    """The storage keys (`tensor_nbytes`, as `_held` counts them) of the tensors among `items`."""
+    return {tensor_nbytes(it)[0] for it in items if issubclass(type(it), torch.Tensor)}
 
 
 def _one_level_down(items):

@@ -22,7 +22,7 @@ import collections
 import time
 from collections.abc import Callable
 
-from ..schema import HOST_COLUMNS, TRACED_OWN
+from ..schema import HOST_COLUMNS, TRACING
 
 #: Reads may cost this share of the step time...
 HEAP_BUDGET = 0.002
@@ -70,7 +70,7 @@ class HeapReads:
         if self.every_step or step < DENSE_STEPS or due or forced():
             self.since = 0
             self.base = self.read()
-            self._after_window(step, self.base - self.own)
+            self._after_window(step, self.base - self.own)  # may take the window's rise off first
             self.recent.append((step, self.base - self.own))
         else:
             self.base = None
@@ -111,7 +111,7 @@ def untraced(values: dict, heap: HeapReads | None) -> int:
     """A step's values without what tracemalloc's tables put in them (probes/alloc_sites.py): its
     host reads emptied where they saw the tables; the bytes of them the sampling started or freed
     (for `HeapReads.settle`), 0 where it did neither."""
-    traced = values.pop(TRACED_OWN, None)
+    traced = values.pop(TRACING, None)
     if traced is None:
         return 0
     seen, shift, stopped = traced
