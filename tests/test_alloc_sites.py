@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import memleak
+from memleak.io import run_from_records
 from memleak.probes import alloc_sites
 from tests.helpers import model_and_optimizer
 
@@ -87,3 +88,34 @@ def test_a_loop_whose_heap_stays_flat_is_never_traced(monkeypatch):
             opt.step()
     assert started == []
 
+
+
+def _traced_run(sites: list[list], steps: int = 60, rss_per_step: int = 4 << 20) -> memleak.Run:
+    """A CPU run whose RSS grows by `rss_per_step` with a flat C heap, and one traced window of
+    steps 17-21 that found `sites`."""
+    rng = np.random.default_rng(0)
+    records = [{"type": "header", "schema": 1, "device": "cpu", "level": "auto", "host_memory_bytes": 32 << 30}]
+    for step in range(steps):
+        noise = int(rng.integers(0, 64 << 10))
+        records.append({"type": "step", "step": step, "time": step * 0.1, "duration": 0.1,
+                        "heap_bytes": (120 << 20) + noise, "rss_bytes": (300 << 20) + step * rss_per_step + noise})
+    records.append({"type": "event", "event": "alloc_sites", "step": 21, "since": 17, "sites": sites, "nframe": 48})
+    return run_from_records(records)
+
+
+def test_lines_inside_one_library_are_named_together_where_native_memory_hangs_from_them():
+    # a figure saved each step: its Python objects are 15 % of the growth, its renderer's buffers the rest
+    sites = [["/x/train.py:11", "matplotlib", 1_544_404, 14186, "fig.savefig(path)"],
+             ["/x/train.py:10", "matplotlib", 906_709, 9346, "plt.plot(xs)"],
+             ["/x/train.py:9", "matplotlib", 90_829, 978, "fig = plt.figure()"]]
+    top = memleak.analyze(_traced_run(sites)).suspects[0]
+    assert (top.kind, top.location) == ("python_objects", "train.py:11")
+    assert sum("tracemalloc over steps 17-21" in e for e in top.evidence) == 3
+    assert any("explain 15% of that growth" in e for e in top.evidence)
+    assert "plt.close(fig)" in top.fix
+
+
+def test_a_line_of_the_users_own_objects_needs_a_quarter_of_the_growth():
+    sites = [["/x/train.py:11", "", 2_500_000, 14186, "rows.append(make_row())"]]
+    report = memleak.analyze(_traced_run(sites))
+    assert all(s.kind != "python_objects" for s in report.suspects)
