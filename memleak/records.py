@@ -187,6 +187,7 @@ class HolderRow(_Record):
     stored: str = ""  # file.py:line in the user's code that stores into it (the append, the assignment)
     arrays: float = 0  # of them, tensors reached through numpy arrays or memoryviews that share their memory
     np_arrays: float = 0  # of what it holds, numpy arrays with memory of their own (counted as tensors)
+    images: float = 0  # of what it holds, images with native pixel memory (PIL), counted as tensors
     capacity: int = 0  # the holder is a bounded container: the most items it keeps (a deque's maxlen)
     length: int = 0  # and the items it held at this walk
     objects: float = 0  # items of plain Python data it holds (numbers, strings, lists of floats), not tensors
@@ -204,6 +205,7 @@ class HolderRow(_Record):
             "stored",
             "arrays",
             "np_arrays",
+            "images",
             "capacity",
             "length",
             "objects",

@@ -8,6 +8,7 @@ import re
 from ..holder_names import is_family, is_traceback_note, leaf_name, thread_local_parts
 from ..schema import Kind
 from ..units import fmt_bytes
+from .kept_fixes import QUEUES, kept_fix, queue_fix
 
 #: Said after a node count that is a lower bound (HolderRow.capped).
 NODES_LOWER_BOUND = " (a lower bound: the walk counts a bounded number of graphs)"
@@ -25,26 +26,13 @@ def culprit_fix(
 ) -> str:
     """The fix for `holder` (of the walk's kind `hkind`) keeping tensors as a `kind` leak;
     `arrays`: what it keeps are numpy arrays that share their tensors' memory ("shared") or that
-    have memory of their own ("own")."""
+    have memory of their own ("own"), or images with pixel memory of their own ("images")."""
     if kind == Kind.RETAINED_GRAPH:
         return _retained_graph_fix(holder, chained, same_object)
-    if hkind in _QUEUES:  # nothing reads the queue: what the items are is beside the point
+    if hkind in QUEUES:  # nothing reads the queue: what the items are is beside the point
         return queue_fix(holder, hkind)
-    if arrays == "own":
-        return (
-            f"`{holder}` keeps numpy arrays that grow in number or size every step, all in host memory "
-            f"(`np.append`, `np.concatenate` onto what was kept copy it into a larger array): keep only what "
-            f"you need (a number, a running metric), write them to disk as they come, bound it with "
-            f"`collections.deque(maxlen=...)`, or clear it at the end of each epoch."
-        )
-    if arrays == "shared":
-        return (
-            f"`{holder}` gains numpy arrays every step that share the memory of the tensors they came from "
-            f"(on a CPU tensor `.cpu()` is the tensor itself and `.numpy()` copies nothing), so each keeps a "
-            f"whole tensor alive: keep a copy that owns its memory (`t.detach().cpu().numpy().copy()`, or "
-            f"only what you need, like `.mean().item()`), bound it with `collections.deque(maxlen=...)`, or "
-            f"clear it regularly."
-        )
+    if arrays:
+        return _arrays_fix(holder, arrays)
     if ".ctx." in holder:
         return (
             f"the custom autograd Function stores tensors as attributes of `ctx` ({holder}), which makes a "
@@ -71,6 +59,32 @@ def culprit_fix(
             f"`register_buffer` with a fixed size."
         )
     return _container_fix(holder, hkind, grad)
+
+
+def _arrays_fix(holder: str, arrays: str) -> str:
+    """The fix for a holder whose items are arrays or images (`culprit_fix`'s `arrays`)."""
+    if arrays == "own":
+        return (
+            f"`{holder}` keeps numpy arrays that grow in number or size every step, all in host memory "
+            f"(`np.append`, `np.concatenate` onto what was kept copy it into a larger array): keep only what "
+            f"you need (a number, a running metric), write them to disk as they come, bound it with "
+            f"`collections.deque(maxlen=...)`, or clear it at the end of each epoch."
+        )
+    if arrays == "images":
+        return (
+            f"`{holder}` keeps images (PIL) that grow in number every step; each keeps its pixels in host "
+            f"memory of its own (width x height x 4 bytes for RGB): save them to disk as they come (or keep a "
+            f"path, a thumbnail), bound it with `collections.deque(maxlen=...)`, or clear it regularly."
+        )
+    if arrays == "shared":
+        return (
+            f"`{holder}` gains numpy arrays every step that share the memory of the tensors they came from "
+            f"(on a CPU tensor `.cpu()` is the tensor itself and `.numpy()` copies nothing), so each keeps a "
+            f"whole tensor alive: keep a copy that owns its memory (`t.detach().cpu().numpy().copy()`, or "
+            f"only what you need, like `.mean().item()`), bound it with `collections.deque(maxlen=...)`, or "
+            f"clear it regularly."
+        )
+    return ""
 
 
 def bounded_fix(holder: str, capacity: int, item_bytes: float) -> str:
@@ -212,14 +226,7 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
             f"bounded window (`collections.deque(maxlen=...)`), or hand it numbers (`.item()`, `.cpu()`) instead of "
             f"tensors{grad}."
         )
-    kept = (
-        _optimizer_fix(holder, hkind, grad)
-        or _hook_fix(holder, hkind, grad)
-        or _chain_fix(holder, hkind, grad)
-        or _lifetime_fix(holder, hkind, grad)
-        or jit_fix(holder, hkind)
-    )
-    if kept:
+    if kept := kept_fix(holder, hkind, grad):
         return kept
     if "(...)" in holder:  # an iterator no variable names: a `for` loop's own (probes/referrers.py)
         return (
@@ -243,151 +250,4 @@ def _container_fix(holder: str, hkind: str, grad: str) -> str:
     return (
         f"`{holder}` keeps gaining tensors: append a number (`loss.item()`) or a detached copy "
         f"(`t.detach().cpu()`), bound it with `collections.deque(maxlen=...)`, or clear it regularly{grad}."
-    )
-
-
-#: Fixes for holders that live as long as a function, a registry or a running thread, by holder kind
-#: ({holder}, {grad}).
-_LIFETIME_FIXES = {
-    "lru_cache": (
-        "`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
-        "for as long as the function lives (a tensor argument is a new key on every call): cache detached "
-        "values (`.detach()`) keyed on plain values (a length, a shape), give it a small `maxsize`, or "
-        "call `{holder}.cache_clear()`{grad}."
-    ),
-    "finalizer": (
-        "`{holder}` is kept by a `weakref.finalize` callback, which the finalizer registry keeps until the "
-        "watched object dies: a callback that is a bound method of the object mapping what it watches (or "
-        "takes it as an argument) keeps that object alive, so neither ever goes. Make the callback hold no "
-        "reference to it (a plain function of an id, a `weakref` to the owner), or call the finalizer "
-        "(`finalizer()` / `.detach()`) when done{grad}."
-    ),
-    "thread": (
-        "`{holder}`: threads started for each step are still running, and each keeps the arguments "
-        "it was given until it returns, so they pile up while the work is slower than the loop: run "
-        "the work in a fixed pool (`ThreadPoolExecutor(max_workers=2)`, dropping finished futures) or "
-        "a bounded queue, join a step's thread before starting the next, or give it what it needs as "
-        "a detached host copy{grad}."
-    ),
-    "mp_queue": (
-        "`{holder}` is a multiprocessing.Queue that nothing empties: each put() stays in this process "
-        "until the queue's feeder thread has sent it, and with no reader (or a slow one) the pipe fills "
-        "and every later item stays here. Make sure a consumer runs and keeps up (`q.get()`), "
-        "give the queue a bound (`Queue(maxsize=...)`: put() then waits), or put only what is read{grad}."
-    ),
-    "thread_queue": (
-        "`{holder}` is a queue between threads (queue.Queue, SimpleQueue) whose items pile up: what the loop "
-        "put() is not taken by get() as fast, "
-        "because its consumer thread has stopped (an exception ends a thread silently; check "
-        "`thread.is_alive()`) or is slower than the loop. Keep the consumer alive and fast enough, give the "
-        "queue a bound (`Queue(maxsize=...)`: put() then waits), or put numbers (`.item()`) instead of "
-        "tensors{grad}."
-    ),
-    "executor_queue": (
-        "`{holder}` is a ThreadPoolExecutor's queue of tasks submitted and not yet run, each keeping its "
-        "function and arguments: its workers run them slower than the loop submits them (or are blocked). "
-        "Bound the work in flight (wait for the oldest futures, `concurrent.futures.wait(...)`, when more "
-        "than a few are pending), submit a detached host copy or numbers (`.item()`) instead of the "
-        "tensors, or add workers where the task waits on I/O{grad}."
-    ),
-    "default_arg": (
-        "`{holder}` is a mutable default argument: one object shared by every call, so what is appended to "
-        "it stays alive for the life of the function. Default to `None` and create the container inside the "
-        "function, or pass it in explicitly and clear it{grad}."
-    ),
-}
-
-
-def queue_fix(holder: str, hkind: str) -> str:
-    """The fix for what a multiprocessing Queue or a queue.Queue keeps because nothing takes it out
-    (tensors or plain data alike), else ''."""
-    return _lifetime_fix(holder, hkind, "") if hkind in _QUEUES else ""
-
-
-#: Holder kinds of queues between threads or processes (probes/walk.py).
-_QUEUES = ("mp_queue", "thread_queue", "executor_queue")
-
-
-def _lifetime_fix(holder: str, hkind: str, grad: str) -> str:
-    """The fix for a holder that lives as long as a function, a registry or a running thread (an
-    lru_cache, a finalizer, a mutable default argument, a thread's arguments, a multiprocessing
-    Queue's buffer), else ''."""
-    fix = _LIFETIME_FIXES.get(hkind)
-    return fix.format(holder=holder, grad=grad) if fix else ""
-
-
-def _chain_fix(holder: str, hkind: str, grad: str) -> str:
-    """The fix for what each link of a growing chain of objects keeps (a linked list), else ''."""
-    if hkind != "chain" or "." not in holder:
-        return ""
-    head, what = holder.rsplit(".", 1)
-    return (
-        f"`{head}` is a chain of objects, each linked to the one before it, that gains a link every step, "
-        f"and every link keeps its `{what}` alive: drop the link to old nodes (set it to `None`), keep a "
-        f"bounded history (`collections.deque(maxlen=...)`) instead of a chain, or store numbers or "
-        f"detached copies{grad}."
-    )
-
-
-def _optimizer_fix(holder: str, hkind: str, grad: str) -> str:
-    """The fix for what an optimizer keeps besides the model's state, else ''."""
-    if hkind == "optimizer_params":
-        return (
-            f"`{holder}` gains parameters every step that are not the model's, and the optimizer keeps each with "
-            f"its gradient and state (Adam's exp_avg/exp_avg_sq) for as long as it lives: build the layer or "
-            f"parameter once, before the loop, instead of calling `add_param_group` on every step; or remove "
-            f"the stale group (and its `optimizer.state` entries) when its parameters are replaced, or rebuild "
-            f"the optimizer over the current parameters only."
-        )
-    if hkind == "optimizer_state":
-        return (
-            f"`{holder}` keeps optimizers besides the tracked one, each with its state for the model's "
-            f"parameters (Adam's exp_avg/exp_avg_sq: twice the parameters' size): build the optimizer once, "
-            f"before the loop, and keep no old ones (nor their `state_dict()`s) in a list."
-        )
-    if hkind == "optimizer_attr":
-        return (
-            f"`{holder}` is a container the optimizer keeps besides its state, and it gains a tensor every "
-            f"step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or clear it after "
-            f"logging{grad}."
-        )
-    return ""
-
-
-def _hook_fix(holder: str, hkind: str, grad: str) -> str:
-    """The fix for a holder a hook keeps (a closure, hooks piled up, a hook object), or ""."""
-    if hkind == "closure":
-        return (
-            f"`{holder}` is captured by a closure (a hook or callback) and gains tensors every step: store "
-            f"`t.detach().cpu()` or a number, clear it after use, or remove the hook when done{grad}."
-        )
-    if hkind == "piled_hook":
-        return (
-            f"`{holder}` is kept by a hook that is registered again on every step and never removed, so "
-            f"the hooks pile up and each keeps what it captured: register the hook once, outside the loop, or "
-            f"keep the handle the registering call returns (`module.register_forward_hook(...)`, "
-            f"`tensor.register_hook(...)`) and call `handle.remove()` when done; store "
-            f"`t.detach().cpu()` or numbers{grad}."
-        )
-    if hkind == "hook":
-        return (
-            f"`{holder}` holds a hook object whose tensors grow every step: it is applied again and again "
-            f"without being removed (`torch.nn.utils.prune` re-applied each epoch adds one more pruning "
-            f"method, with its own copy of the mask, to the module's hook). Apply it once, make it permanent "
-            f"after each round (`prune.remove(module, name)`), or remove the old hook (`handle.remove()`) "
-            f"before registering a new one{grad}."
-        )
-    return ""
-
-
-def jit_fix(holder: str, hkind: str) -> str:
-    """The fix for what ``torch.jit.trace`` called again and again keeps (probes/jit_traces.py), else ''."""
-    if hkind != "jit":
-        return ""
-    return (
-        f"`{holder}` is called again and again (every step here): TorchScript keeps each traced function, its "
-        f"graph and the tensors it captured as constants, in its global compilation unit for the rest of the "
-        f"process, even once the traced result is deleted (pytorch/pytorch#35600). Trace once, before the loop, "
-        f"and reuse the traced module or function (one per input shape at most); pass tensors as inputs instead "
-        f"of capturing them; or run the module eagerly (or with `torch.compile`) where tracing is not needed."
     )

@@ -229,13 +229,20 @@ def _shaped_fix(name: str, h: _HolderSeries, hkind: str, chained: bool, has_grad
 
 
 def _arrays(last: HolderRow) -> str:
-    """`own` when most of what the holder keeps are numpy arrays with their own memory, `shared`
-    when most are tensors reached through arrays that share their memory, else an empty string."""
+    """`own` when most of what the holder keeps are numpy arrays with their own memory, `images`
+    when most are images with native pixel memory (PIL), `shared` when most are tensors reached
+    through arrays that share their memory, else an empty string."""
     if last.count <= 0:  # graphs kept without a tensor (autograd ctx objects): no arrays either
         return ""
+    if last.images >= 0.5 * last.count:
+        return "images"
     if last.np_arrays >= 0.5 * last.count:
         return "own"
     return "shared" if last.arrays >= 0.5 * last.count else ""
+
+
+#: What a holder keeps, by `_arrays`, where it is not tensors.
+_NOUNS = {"own": "numpy array", "images": "image"}
 
 
 def _mostly_views(last: HolderRow) -> bool:
@@ -249,7 +256,7 @@ def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> lis
         where = "the attribute"
     what = f"{where + ' ' if where else ''}{name}"
     steps, count, nbytes = h.steps, h.count, h.nbytes
-    noun = "numpy array" if _arrays(h.last) == "own" else "tensor"
+    noun = _NOUNS.get(_arrays(h.last), "tensor")
     size = fmt_bytes(nbytes[-1])
     if h.count_trend:
         return [

@@ -63,6 +63,7 @@ def _summed(parent: str, rows: list[HolderRow | None]) -> HolderRow | None:
         views=sum(r.views for r in seen),
         arrays=sum(r.arrays for r in seen),
         np_arrays=sum(r.np_arrays for r in seen),
+        images=sum(r.images for r in seen),
         objects=sum(r.objects for r in seen),
         obj_bytes=sum(r.obj_bytes for r in seen),
         seq=(min(s[0] for s in seqs), max(s[1] for s in seqs)) if seqs else None,

@@ -22,10 +22,10 @@ from ..records import HoldersRecord
 from ..run import HOST_COLUMNS, Run
 from ..schema import Kind
 from ..units import fmt_bytes
-from .culprit_fixes import jit_fix, queue_fix
 from .culprit_table import Entries, entry
 from .growth import Growth, analyze_growth
 from .holder_growth import _WHERE, _col, _series
+from .kept_fixes import jit_fix, queue_fix
 from .sampled_trend import MIN_SAMPLES, sustained_rise
 from .thresholds import MIN_DATA_BPS, MIN_REL_GROWTH, min_rel_growth
 

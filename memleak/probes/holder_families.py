@@ -17,7 +17,7 @@ FAMILY_MIN = 6
 
 #: Fields summed over a family's members.
 _SUMMED: tuple[str, ...] = ("count", "nbytes", "n_grad", "old", "old_bytes", "host_bytes", "nodes")
-_SUMMED += ("views", "arrays", "np_arrays", "objects", "obj_bytes")
+_SUMMED += ("views", "arrays", "np_arrays", "images", "objects", "obj_bytes")
 
 
 def fold_families(tally: HolderTally) -> None:

@@ -45,6 +45,7 @@ class HolderStats:
     views: float = 0.0  # tensors that are small views of a much larger storage
     arrays: float = 0.0  # tensors reached through numpy arrays or memoryviews that share their memory
     np_arrays: float = 0.0  # numpy arrays with memory of their own (counted as tensors are)
+    images: float = 0.0  # images with native pixel memory (PIL: probes/native.py), counted as tensors are
     linked: bool = False  # its graph is built on what it held at the previous sample (graphs.py)
     capacity: int = 0  # the holder is a bounded container (a deque's maxlen): the most items it keeps
     length: int = 0  # the items it holds
@@ -77,6 +78,7 @@ class HolderStats:
             views=round(self.views, 1),
             arrays=round(self.arrays, 1),
             np_arrays=round(self.np_arrays, 1),
+            images=round(self.images, 1),
             stored=stored,
             capacity=self.capacity,
             length=self.length,
@@ -267,6 +269,11 @@ class HolderTally:
         (host memory: on another device than a GPU run's)."""
         st = self._held(a, a.__array_interface__["data"][0], int(a.nbytes), holder, kind, weight, note)
         st.np_arrays += weight
+
+    def _image(self, img: Any, key: int, nb: int, holder: str, kind: str, weight: float, note: str) -> None:
+        """An image with pixel memory of its own (probes/native.py): counted, with its bytes and
+        age, as an array with memory of its own is."""
+        self._held(img, key, nb, holder, kind, weight, note).images += weight
 
     def _storage(self, s: Any, holder: str, kind: str, weight: float, note: str) -> None:
         """A tensor's storage kept without its tensor (``t.untyped_storage()``, ``t.storage()``):

@@ -20,6 +20,7 @@ from .graphs import Roots
 from .holder_families import fold_families
 from .holder_stats import HolderTally
 from .identity import Ages, tensor_nbytes
+from .native import image_core
 from .optimizer_params import optimizer_held
 from .pydata import BUFFERS
 from .reach import closure_items, default_items, fn_name
@@ -146,8 +147,9 @@ class Walk(HolderTally):
             self._sequence(queued[0], path, holder or path, queued[1], weight, note or queued[2])
         elif isinstance(obj, LRU_CACHES):
             self._lru_cache(obj, path, holder, weight, note)
-        elif t.__name__ == "partial" and hasattr(obj, "func"):
-            self._partial(obj, path, holder, kind, weight, note)
+        elif t.__name__ == "partial" and hasattr(obj, "func"):  # its function and the arguments bound to it
+            for i, a in enumerate([obj.func, *obj.args, *obj.keywords.values()]):
+                self.push(a, path + "[...]" * bool(i), holder, kind, weight, note)
         elif isinstance(obj, torch.optim.Optimizer):
             self._optimizer(obj, path, holder, weight, note)
         elif issubclass(t, (torch.UntypedStorage, torch.TypedStorage)):
@@ -164,6 +166,8 @@ class Walk(HolderTally):
             self._graph_node(obj, holder or path, kind, weight, note)
             if opened_inside(t):  # a custom Function's ctx: what it stores as attributes
                 self._attrs(obj, path, holder, kind, weight, note)
+        elif top_package(t) == "PIL" and (core := image_core(obj)) is not None:
+            self._image(obj, *core, holder or path, kind, weight, note)
         elif isinstance(obj, OPAQUE) or skipped(t):
             if (held := reach.async_result(obj)) is not None:  # a collective's Work, a torch Future
                 self._sequence(held, path, holder or path, kind, weight, note)
@@ -172,11 +176,6 @@ class Walk(HolderTally):
                 self._attrs(obj, path, holder, kind, weight, note)
         else:
             self._attrs(obj, path, holder, kind, weight, note)
-
-    def _partial(self, obj, path, holder, kind, weight, note) -> None:
-        self.push(obj.func, path, holder, kind, weight, note)
-        for a in [*obj.args, *obj.keywords.values()]:
-            self.push(a, path + "[...]", holder, kind, weight, note)
 
     def _view(self, obj, path, holder, kind, weight, note) -> None:
         """An array or memoryview: it keeps the object whose memory it shares (``tensor.numpy()``
