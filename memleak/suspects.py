@@ -226,7 +226,7 @@ def _as_graph(top: Suspect, grown_bps: float, findings: list[Finding]) -> Suspec
     """`top` as a retained graph when its tensors carry growing graphs and add under half of
     the `grown_bps` memory grows per step: what they keep is mostly their autograd graphs."""
     if not (
-        top.kind == Kind.SURVIVING_TENSORS
+        top.kind in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
         and top.location in _growing_graphs(findings)
         and top.bytes_per_step < 0.5 * grown_bps
     ):
