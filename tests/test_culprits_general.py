@@ -766,3 +766,38 @@ def test_small_views_with_their_graphs_explain_the_heap_they_grow(tmp_path):
     assert top.location == "miner.loss_by_sample", str(report)
     assert not any("second cause" in e for s in report.suspects for e in s.evidence), str(report)
     assert top.bytes_per_step > 64 * 1024, str(report)  # 128 views a step, about 1 KB each on the heap
+
+
+
+ROLLOUT = """
+import torch
+from torch import nn
+from torch.distributions import Categorical
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+class Rollout:
+    def __init__(self):
+        self.dists = []
+buf = Rollout()
+for step in range(60):
+    x, y = torch.randn(128, 64), torch.randint(0, 10, (128,))
+    dist = Categorical(logits=model(x))
+    loss = -dist.log_prob(y).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    buf.dists.append(dist)  # kept for an entropy bonus later
+"""
+
+
+def test_objects_in_a_long_list_past_its_sampled_ends_are_no_second_suspect(tmp_path):
+    # the walk samples a long list's ends; the distributions in between are named by what refers
+    # to their tensors (`Categorical.logits`): the same cause as the list, not a second one
+    from helpers import memleak_in_process
+
+    (tmp_path / "rollout.py").write_text(ROLLOUT)
+    assert memleak_in_process("run", "--out", tmp_path / "out", tmp_path / "rollout.py").returncode == 0
+    suspects = memleak.analyze(memleak.load(tmp_path / "out")).suspects
+    assert suspects[0].location == "buf.dists"
+    assert [s.location for s in suspects if s.kind in ("surviving_tensors", "retained_graph", "cached_tensor")] == [
+        "buf.dists"
+    ]

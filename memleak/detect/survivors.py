@@ -150,6 +150,14 @@ def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected,
         graph["bps"] = max(graph["bps"], bps)
         return
     hkind, kind, cycle = _survivor_kind(g, hkinds)
+    if hkind == "referrer" and cycle is None and not g.gc_freed and (twin := _walked_twin(b, g, hkinds, findings)):
+        twin[1]["evidence"].extend(_survivor_evidence(b, g, cyclic, bps))
+        twin[1]["evidence"].append(
+            f"{g.holder} is named by what refers to those tensors (the walk did not reach them); tensors of the "
+            f"same line that it did reach are kept by {twin[0]}: most likely the same objects, in the part of it "
+            f"the walk does not sample"
+        )
+        return
     loc = g.holder or _cycle_holder(g) or g.site
     conf = _confidence(b, g, cyclic)
     f = findings.get(loc)
@@ -171,6 +179,17 @@ def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected,
         # a named holder of tensors with a grad_fn keeps their graphs (saved_graphs credits it)
         grads = max(c.grad for c in g.cohorts.values())
         f["data"]["grad_tensors"] = max(f["data"].get("grad_tensors", 0), grads)
+
+
+def _walked_twin(b: _Births, g: _Group, hkinds, findings: Entries) -> tuple[str, dict] | None:
+    """The leaking entry of a holder the walk named for tensors of `g`'s site, where `g`'s own
+    holder was named by gc referrers only: a long container's items past the ends the walk samples
+    are named by their own attribute (``Categorical.logits`` of the distributions kept in a list)."""
+    for site, holder in sorted({key for groups in b.groups for key in groups}):
+        f = findings.get(holder) if site == g.site and holder in hkinds else None
+        if f is not None and f.get("leak"):
+            return holder, f
+    return None
 
 
 def _cycle_holder(g: _Group) -> str:
