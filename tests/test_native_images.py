@@ -9,6 +9,7 @@ import torch
 
 import memleak
 from memleak.probes.native import image_core
+from memleak.report.series import count_label
 from tests.helpers import model_and_optimizer
 
 Image = pytest.importorskip("PIL.Image")
@@ -29,6 +30,7 @@ def test_frames_kept_as_images_are_named_with_their_pixel_bytes():
     assert 60 * 1024 <= top.bytes_per_step <= 70 * 1024
     assert "images" in top.evidence[0]
     assert "PIL" in top.fix
+    assert count_label(tracker.run(), ["frames"]) == "tensors and images"  # the holder plot's count axis
 
 
 def test_an_image_opened_lazily_is_not_loaded_by_the_walk(tmp_path):

@@ -171,11 +171,11 @@ def holder_series(run, names: list[str]) -> dict[str, pd.DataFrame]:
 
 
 def count_label(run, names: list[str]) -> str:
-    """The count axis' label: tensors, and numpy arrays and Python objects where a named holder keeps them."""
+    """The count axis' label: tensors, and numpy arrays, images and Python objects where a named holder keeps them."""
     rows = [h for rec in getattr(run, "holders", []) for h in rec.holders if h.holder in names]
-    arrays, objects = any(h.np_arrays for h in rows), any(h.objects for h in rows)
-    kinds = ["tensors"] + ["numpy arrays"] * arrays + ["Python objects"] * objects
-    return " and ".join(kinds) if len(kinds) < 3 else "tensors, numpy arrays and Python objects"
+    kept = {"numpy arrays": "np_arrays", "images": "images", "Python objects": "objects"}
+    kinds = ["tensors"] + [what for what, field in kept.items() if any(getattr(h, field) for h in rows)]
+    return " and ".join(kinds) if len(kinds) < 3 else ", ".join(kinds[:-1]) + " and " + kinds[-1]
 
 
 NODES_CAPPED = "autograd nodes\n(hollow: a lower bound)"
