@@ -158,7 +158,7 @@ class Walk(HolderTally):
             self._buffer(obj, holder or path, kind, weight, note)
         elif t is memoryview or is_ndarray(t):
             self._view(obj, path, holder, kind, weight, note)
-        elif top_package(t) == "pandas" and isinstance(getattr(obj, "_mgr", None), pandas_managers()):
+        elif (package := top_package(t)) == "pandas" and isinstance(getattr(obj, "_mgr", None), pandas_managers()):
             # a DataFrame or Series: its columns are arrays (an object column keeps its items)
             for arr in obj._mgr.arrays:
                 self.push(arr, path + "[...]", holder or path, kind, weight, note)
@@ -166,7 +166,7 @@ class Walk(HolderTally):
             self._graph_node(obj, holder or path, kind, weight, note)
             if opened_inside(t):  # a custom Function's ctx: what it stores as attributes
                 self._attrs(obj, path, holder, kind, weight, note)
-        elif top_package(t) == "PIL" and (core := image_core(obj)) is not None:
+        elif package == "PIL" and (core := image_core(obj)) is not None:
             self._image(obj, *core, holder or path, kind, weight, note)
         elif isinstance(obj, OPAQUE) or skipped(t):
             if (held := reach.async_result(obj)) is not None:  # a collective's Work, a torch Future
