@@ -801,3 +801,20 @@ def test_objects_in_a_long_list_past_its_sampled_ends_are_no_second_suspect(tmp_
     assert [s.location for s in suspects if s.kind in ("surviving_tensors", "retained_graph", "cached_tensor")] == [
         "buf.dists"
     ]
+
+
+def test_tensors_chained_through_an_attribute_of_a_tensor_are_named_by_the_variable():
+    import gc
+
+    model, opt = _model_and_optimizer()
+    plain = [torch.randn(4)]  # a tensor with no attributes: the walk must not give it a __dict__
+    last = None
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(30):
+            out, _ = _step(model, opt)
+            out.prev = last  # debugging: each output linked to the one before
+            last = out
+    top = tracker.report().suspects[0]
+    assert top.location == "last"
+    assert "one more each step" in top.evidence[0], top.evidence[0]
+    assert not any(type(r) is dict for r in gc.get_referents(plain[0]))

@@ -49,6 +49,7 @@ from .walk_scope import (
     pandas_managers,
     queue_items,
     skipped,
+    tensor_attrs,
     top_package,
 )
 
@@ -123,6 +124,8 @@ class Walk(HolderTally):
         t = type(obj)
         if issubclass(t, torch.Tensor):
             self._tensor(obj, holder or path, kind, weight, note)
+            for p, h, v in tensor_attrs(obj, path, holder, self.exclude):
+                self.push(v, p, h, kind, weight, note)
         elif issubclass(t, tuple) and hasattr(obj, "_fields"):  # a namedtuple: its fields are names
             for k, v in zip(obj._fields, obj, strict=False):
                 self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
@@ -159,8 +162,7 @@ class Walk(HolderTally):
         elif t is memoryview or is_ndarray(t):
             self._view(obj, path, holder, kind, weight, note)
         elif (package := top_package(t)) == "pandas" and isinstance(getattr(obj, "_mgr", None), pandas_managers()):
-            # a DataFrame or Series: its columns are arrays (an object column keeps its items)
-            for arr in obj._mgr.arrays:
+            for arr in obj._mgr.arrays:  # a DataFrame's or Series' columns (an object column keeps its items)
                 self.push(arr, path + "[...]", holder or path, kind, weight, note)
         elif isinstance(obj, torch.autograd.graph.Node):  # a graph kept without its tensor (a grad_fn)
             self._graph_node(obj, holder or path, kind, weight, note)

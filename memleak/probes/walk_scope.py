@@ -268,6 +268,19 @@ def child_holder(
     return child + reach.suffix(holder) if named else holder
 
 
+def tensor_attrs(t: torch.Tensor, path: str, holder: str | None, exclude: set[int]) -> list[tuple]:
+    """What code hung on a tensor (`out.prev = last`, `x.meta = {...}`), as (path, holder, value),
+    read from the dict the garbage collector sees (`t.__dict__` would make one for every tensor the
+    walk meets). A tensor hung on a tensor counts under the same holder: a chain of them is one
+    holder that grows. The model's own tensors are read with their module (walk._module)."""
+    d = next((r for r in gc.get_referents(t) if type(r) is dict), None) if id(t) not in exclude else None
+    return [
+        (f"{path}.{k}", holder if isinstance(v, torch.Tensor) else child_holder(holder, path, str(k), value=v), v)
+        for k, v in (d or {}).items()
+        if not isinstance(v, SCALARS) and not str(k).startswith("__")
+    ]
+
+
 def filled_slots(seq) -> list | None:
     """The items of a long list, tuple or deque that are not placeholders (None, a number, a
     string), when an end of it is one: slots allocated up front and filled in place, whose filled
