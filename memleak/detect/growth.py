@@ -64,6 +64,15 @@ TRACED_NO_SITE = (
     "whose Python or numpy allocations grew with it: what grows is most likely native memory (torch's own, "
     "a C extension's)."
 )
+OUTSIDE_HEAP_FIX = (
+    "The process's resident memory grows every step while the C heap's bytes in use stay flat: what grows "
+    "is outside malloc. Look for buffers a native library maps itself and never unmaps (a C extension's "
+    "scratch memory, mmap), threads started every step and never joined (each keeps its stack), many small "
+    "Python objects kept alive (they live in Python's own arenas, not on the C heap: the walk names them "
+    "where it reaches them), or memory-mapped files read for the first time (np.memmap, "
+    "torch.load(mmap=True), a dataset on a memory-mapped file: their pages count in RSS until the whole "
+    "file has been read once, and are no leak)."
+)
 HOST_FIX = (
     "Host memory grows every step. Look for host-side lists or dicts that grow each "
     "iteration (metrics, predictions moved to CPU, logged tensors or strings), Python objects "
@@ -153,6 +162,11 @@ def detect(run: Run) -> list[Finding]:
     g = analyze_growth(run, primary) if primary else None
     if g is not None and g.leak:
         findings.append(_finding(run, g, Kind.LINEAR_GROWTH, leak_fix(run)))
+    if primary == "heap_bytes" and "rss_bytes" in run.steps and not (g is not None and g.leak):
+        # a CPU run whose C heap stays flat can still grow outside it: RSS is the run's memory too
+        r = analyze_growth(run, "rss_bytes")
+        if r.leak and not _file_pages(run, r):
+            findings.append(_finding(run, r, Kind.LINEAR_GROWTH, OUTSIDE_HEAP_FIX))
     host = run.host_column()
     if host is not None and primary not in HOST_COLUMNS:
         h = analyze_growth(run, host, min_rel=min_rel_growth(host, accelerator=True))
@@ -317,6 +331,15 @@ def _finding(run: Run, g: Growth, kind: Kind, fix: str) -> Finding:
             }
         ),
     )
+
+
+def _file_pages(run: Run, rss: Growth) -> bool:
+    """Whether RSS grows by pages backed by a file (or shared memory) for the most part: a
+    memory-mapped dataset read for the first time, no leak."""
+    if "rss_shared_bytes" not in run.steps:
+        return False
+    shared = analyze_growth(run, "rss_shared_bytes")
+    return shared.slope >= 0.5 * rss.slope
 
 
 def _host_growth_is_tensors(run: Run, g: Growth | None, h: Growth) -> bool:

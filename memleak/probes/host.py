@@ -74,6 +74,12 @@ def statm_rss(fd: int) -> int:
     return int(os.pread(fd, 128, 0).split()[1]) * PAGE
 
 
+def statm_resident(fd: int) -> tuple[int, int]:
+    """(resident bytes, of them the pages backed by a file or shared memory) in an open ``/proc/PID/statm``."""
+    fields = os.pread(fd, 128, 0).split()
+    return int(fields[1]) * PAGE, int(fields[2]) * PAGE
+
+
 def rss_bytes() -> int | None:
     try:
         with open("/proc/self/statm", "rb") as fh:
@@ -107,10 +113,12 @@ class HostProbe(Probe):
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
         if step >= RSS_DENSE_STEPS and step % RSS_EVERY:
-            return {"rss_bytes": None}
+            return {"rss_bytes": None, "rss_shared_bytes": None}
         values: dict[str, Any] = {}
-        rss = statm_rss(self.statm) if self.statm is not None else rss_bytes()
-        if rss is not None:
+        if self.statm is not None:
+            # the file-backed share tells a memory-mapped dataset read for the first time from a leak
+            values["rss_bytes"], values["rss_shared_bytes"] = statm_resident(self.statm)
+        elif (rss := rss_bytes()) is not None:
             values["rss_bytes"] = rss
         return values
 

@@ -1,0 +1,64 @@
+"""A CPU run whose C heap stays flat while its resident memory grows: what grows is outside malloc
+(a native library's own mappings), judged on RSS; pages of a memory-mapped file read for the first
+time grow RSS too, and are no leak (detect/growth.py)."""
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import memleak
+from tests.helpers import model_and_optimizer
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and glibc's heap")
+
+MIB = 1 << 20
+
+
+def _libc():
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def _train(steps: int, each_step) -> memleak.Report:
+    model, opt = model_and_optimizer()
+    with memleak.track(model, optimizer=opt, level="counters") as tracker:
+        for step in range(steps):
+            model(torch.randn(8, 64)).sum().backward()
+            opt.step()
+            each_step(step)
+    return tracker.report()
+
+
+def test_memory_a_native_library_maps_and_never_unmaps_is_a_leak_of_rss():
+    libc, mapped = _libc(), []
+
+    def native_scratch(step):  # a C extension's scratch buffer, mapped per call, never unmapped
+        p = libc.mmap(None, MIB, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
+        ctypes.memset(p, 1, MIB)
+        mapped.append(p)
+
+    try:
+        report = _train(80, native_scratch)
+    finally:
+        for p in mapped:
+            libc.munmap(p, MIB)
+    assert report.verdict == "leak"
+    top = report.suspects[0]
+    assert (top.kind, top.location) == ("linear_growth", "rss_bytes")
+    assert 0.9 * MIB <= top.bytes_per_step <= 1.1 * MIB
+    assert "outside malloc" in top.fix
+
+
+def test_a_memory_mapped_file_read_for_the_first_time_is_no_leak(tmp_path):
+    path = tmp_path / "rows.npy"
+    np.save(path, np.ones((80 * 512, 256), dtype=np.float32))  # 40 MiB, read 512 KiB a step
+    rows = np.load(path, mmap_mode="r")
+    report = _train(80, lambda step: float(np.asarray(rows[step * 512:(step + 1) * 512]).sum()))
+    assert report.verdict != "leak", report.suspects[:1]
