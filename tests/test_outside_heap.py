@@ -62,3 +62,25 @@ def test_a_memory_mapped_file_read_for_the_first_time_is_no_leak(tmp_path):
     rows = np.load(path, mmap_mode="r")
     report = _train(80, lambda step: float(np.asarray(rows[step * 512:(step + 1) * 512]).sum()))
     assert report.verdict != "leak", report.suspects[:1]
+
+
+def test_rss_memleak_takes_when_it_imports_mid_run_is_not_the_programs():
+    # in a fresh process the live check's first test imports numpy's and scipy's modules: RSS rose
+    # by 138 MiB at once, of which only 33 MiB were counted as memleak's own heap bytes
+    from memleak.io import run_from_records
+
+    records = [{"type": "header", "schema": 1, "device": "cpu", "level": "auto", "host_memory_bytes": 32 << 30}]
+    for step in range(100):
+        imported = step >= 57
+        records.append({
+            "type": "step", "step": step, "time": step * 0.01, "duration": 0.01,
+            "heap_bytes": (112 << 20) + imported * (33 << 20) + step % 3 * 4096,
+            "memleak_bytes": 16_000 + imported * (33 << 20),
+            "rss_bytes": (325 << 20) + step * (MIB // 2) + imported * (138 << 20),
+            "rss_shared_bytes": (91 << 20) + imported * (59 << 20),
+        })
+    report = memleak.analyze(run_from_records(records))
+    assert report.verdict == "leak"
+    top = report.suspects[0]
+    assert (top.kind, top.location) == ("linear_growth", "rss_bytes")
+    assert 0.45 * MIB <= top.bytes_per_step <= 0.55 * MIB
