@@ -37,10 +37,13 @@ def plot_run(run, growth=None, suspects=None):
     to the capacity; a panel for fragmentation and one for DataLoader workers' memory, where
     recorded."""
     Figure = _figure_class()
-    if growth is None:
+    top = suspects[0] if suspects else None
+    if growth is None or (top is not None and top.kind in GROWTH_KINDS and top.location != growth.column):
         from ..detect.growth import analyze_growth
 
-        growth = analyze_growth(run)
+        # the series the top suspect grows in (RSS where the C heap stays flat), else the primary
+        shown = top.location if top is not None and top.kind in GROWTH_KINDS and top.location in run.steps else None
+        growth = analyze_growth(run, shown) if shown or growth is None else growth
     steps = run.steps
     x = step_axis(steps)
     frag = S.fragmentation_lines(steps)
@@ -72,6 +75,7 @@ def plot_run(run, growth=None, suspects=None):
         floor, top = S.stack_floor(layers, [v for _, v in series]) / scale, ax.dataLim.y1
         ax.set_ylim(floor, top + 0.05 * (top - floor))
     ax.set_ylabel(f"memory ({unit})")
+    ax.ticklabel_format(axis="y", useOffset=False)  # values, not "+1.121e2" and offsets from it
     ax.set_title(_title(growth, suspects), fontsize=10, loc="left")
     ax.grid(True, alpha=0.3)
     if ax.get_lines() or layers:
