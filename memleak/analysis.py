@@ -13,7 +13,7 @@ from .detect.stale import confirm_after_sampling
 from .detect.thresholds import MIN_REL_GROWTH
 from .errors import UsageError
 from .run import MultiRun, Run
-from .schema import Finding, Shape, Verdict
+from .schema import HOST_COLUMNS, Finding, Kind, Shape, Verdict
 from .snapshot import Snapshot
 from .suspects import rank, rank_across
 
@@ -65,13 +65,15 @@ def _host_slope(run: Run) -> float | None:
 
 def _growth_shown(run: Run, growth, findings: list[Finding], suspects) -> Any:
     """The growth the verdict quotes: where the top suspect is a holder of Python data backed by a
-    host series (RSS, which the primary series of a CPU run, the heap, barely sees), or a profiler
-    (host memory on a device run), that series."""
+    host series (RSS, which the primary series of a CPU run, the heap, barely sees), a profiler
+    (host memory on a device run), or RSS itself growing beside a flat heap, that series."""
     if not suspects or not suspects[0].leak:
         return growth
     top = suspects[0].location
     data = [f.data for f in findings if f.location == top and isinstance(f.data, dict)]
     col = next((d.get("host_column") for d in data if d.get("python_objects") or d.get("profiler")), None)
+    if col is None and suspects[0].kind == Kind.LINEAR_GROWTH and top in HOST_COLUMNS:
+        col = top  # RSS growing where the C heap stays flat (detect/growth.py)
     if not col or growth is None or col == growth.column:
         return growth
     shown = analyze_growth(run, col, min_rel=MIN_REL_GROWTH)

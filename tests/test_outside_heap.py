@@ -84,6 +84,8 @@ def test_rss_memleak_takes_when_it_imports_mid_run_is_not_the_programs():
     top = report.suspects[0]
     assert (top.kind, top.location) == ("linear_growth", "rss_bytes")
     assert 0.45 * MIB <= top.bytes_per_step <= 0.55 * MIB
+    assert report.growth.column == "rss_bytes"  # the verdict quotes it, with the time left
+    assert "linear_growth at rss_bytes" in str(report) and "is full in about" in str(report).split("\n\n")[1]
     ax = report.plot().axes[0]  # memory.png draws the series that grows, with its trend
     assert ax.get_title(loc="left").startswith("rss_bytes: linear (leak)")
     assert "process RSS" in [line.get_label() for line in ax.get_lines()]
