@@ -49,9 +49,9 @@ def _without_own_imports(y: np.ndarray, own: np.ndarray) -> np.ndarray:
     (+138 MiB of RSS for 33 MiB of heap, in a fresh process at the first live check)."""
     out = np.array(y, dtype=float)
     seen = np.flatnonzero(np.isfinite(out))
-    for a, b in zip(seen, seen[1:], strict=False):
-        if own[b] - own[a] >= OWN_IMPORT_BYTES and out[b] > out[a]:
-            out[b:] -= out[b] - out[a]
+    rise = np.diff(out[seen])
+    imported = (np.diff(own[seen]) >= OWN_IMPORT_BYTES) & (rise > 0)
+    out[seen[1:]] -= np.cumsum(np.where(imported, rise, 0.0))  # each such rise off every later read
     return out
 
 

@@ -69,15 +69,16 @@ def heap_counter() -> Callable[[], int] | None:
     return heap_bytes
 
 
-def statm_rss(fd: int) -> int:
-    """The resident set size in an open ``/proc/PID/statm`` (re-read from its start)."""
-    return int(os.pread(fd, 128, 0).split()[1]) * PAGE
-
-
 def statm_resident(fd: int) -> tuple[int, int]:
-    """(resident bytes, of them the pages backed by a file or shared memory) in an open ``/proc/PID/statm``."""
+    """(resident bytes, of them the pages backed by a file or shared memory) in an open
+    ``/proc/PID/statm`` (re-read from its start)."""
     fields = os.pread(fd, 128, 0).split()
     return int(fields[1]) * PAGE, int(fields[2]) * PAGE
+
+
+def statm_rss(fd: int) -> int:
+    """The resident set size in an open ``/proc/PID/statm``."""
+    return statm_resident(fd)[0]
 
 
 def rss_bytes() -> int | None:

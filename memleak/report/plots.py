@@ -37,13 +37,10 @@ def plot_run(run, growth=None, suspects=None):
     to the capacity; a panel for fragmentation and one for DataLoader workers' memory, where
     recorded."""
     Figure = _figure_class()
-    top = suspects[0] if suspects else None
-    if growth is None or (top is not None and top.kind in GROWTH_KINDS and top.location != growth.column):
+    if growth is None:
         from ..detect.growth import analyze_growth
 
-        # the series the top suspect grows in (RSS where the C heap stays flat), else the primary
-        shown = top.location if top is not None and top.kind in GROWTH_KINDS and top.location in run.steps else None
-        growth = analyze_growth(run, shown) if shown or growth is None else growth
+        growth = analyze_growth(run)
     steps = run.steps
     x = step_axis(steps)
     frag = S.fragmentation_lines(steps)
