@@ -64,6 +64,10 @@ TRACED_NO_SITE = (
     "whose Python or numpy allocations grew with it: what grows is most likely native memory (torch's own, "
     "a C extension's)."
 )
+#: RSS that leaks is judged on a CPU run only where the C heap stays flat beside it: the heap's slope
+#: under this share of RSS's (a native mmap leak: 86 B a step against 512 KiB; a cache of random-length
+#: tables filling up, whose large frees glibc keeps mapped for a while: 175 KiB against 614 KiB, noise).
+HEAP_FLAT_SHARE = 0.1
 OUTSIDE_HEAP_FIX = (
     "The process's resident memory grows every step while the C heap's bytes in use stay flat: what grows "
     "is outside malloc. Look for buffers a native library maps itself and never unmaps (a C extension's "
@@ -162,10 +166,10 @@ def detect(run: Run) -> list[Finding]:
     g = analyze_growth(run, primary) if primary else None
     if g is not None and g.leak:
         findings.append(_finding(run, g, Kind.LINEAR_GROWTH, leak_fix(run)))
-    if primary == "heap_bytes" and "rss_bytes" in run.steps and not (g is not None and g.leak):
+    if primary == "heap_bytes" and g is not None and not g.leak and "rss_bytes" in run.steps:
         # a CPU run whose C heap stays flat can still grow outside it: RSS is the run's memory too
         r = analyze_growth(run, "rss_bytes")
-        if r.leak and not _file_pages(run, r):
+        if r.leak and g.slope < HEAP_FLAT_SHARE * r.slope and not _file_pages(run, r):
             findings.append(_finding(run, r, Kind.LINEAR_GROWTH, OUTSIDE_HEAP_FIX))
     host = run.host_column()
     if host is not None and primary not in HOST_COLUMNS:
