@@ -314,6 +314,13 @@ def bytes_gathered(model, opt, n):
         raw += torch.randn(64, 256).numpy().tobytes()  # 64 KiB a step
 
 
+def text_gathered(model, opt, n):
+    log_text = ""  # one string rebound to a longer one every step: no container, no buffer
+    for _ in range(n):
+        out, loss = _step(model, opt)
+        log_text += f"loss {loss.item():.6f} probs {out.softmax(-1).tolist()}\n"
+
+
 def bytes_written(model, opt, n):
     import io
 
@@ -364,7 +371,7 @@ def saved_in_memory(model, opt, n):
     (remember_on_a_module_function, "_keep_last.by_step"), (callback_in_a_list, "callbacks[...].preds"),
     (mutable_default_on_a_method, "_Scratch.keep._seen"),
     (chained_iterators, "pending"),
-    (chain_map_children, "scopes.maps"), (bytes_gathered, "raw"), (bytes_written, "sink"),
+    (chain_map_children, "scopes.maps"), (bytes_gathered, "raw"), (bytes_written, "sink"), (text_gathered, "log_text"),
 ])
 def test_the_holder_is_named_first(loop, holder):
     model, opt = _model_and_optimizer()
@@ -429,7 +436,8 @@ def callbacks_capture_outputs(model, opt, n):
     # an executor's tasks waiting for a busy worker, each with its tensor: not a list to bound
     (executor_behind, "`uploader._work_queue` is a ThreadPoolExecutor's queue of tasks"),
     (simple_queue_nobody_reads, "`q` is a queue between threads (queue.Queue, SimpleQueue) whose items pile up"),
-    (bytes_gathered, "`raw` is one buffer that grows every step"),
+    (bytes_gathered, "`raw` is one object that grows every step"),
+    (text_gathered, "`log_text` is one object that grows every step"),
     (optimizer_per_step, "keeps optimizers besides the tracked one"),
     # a list the loop hangs on a parameter: no module caches it in forward
     (list_on_a_parameter, "`0.weight.seen` keeps gaining tensors"),

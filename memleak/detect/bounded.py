@@ -48,9 +48,11 @@ def filling_bounded(holders: Sequence[HoldersRecord], memory: float | None = Non
             continue
         if item_bytes > 1.25 * (first.bytes + item_bytes) / first.length + 1024:
             continue
+        state = "full" if last.length >= last.capacity else "still filling up"
         out[name] = (
             f"{name} is a bounded container (it keeps at most {last.capacity} items: a deque's maxlen, the "
-            f"capacity beside it, or the bound in your code) still filling up: {last.length} items at step {at}, about "
+            f"capacity beside it, or the bound in your code) "
+            f"{state}: {last.length} items at step {at}, about "
             f"{fmt_bytes(last.bytes / last.length)} each, so at most about "
             f"{fmt_bytes(last.bytes / last.length * last.capacity)} once full; its tensors carry no autograd graph"
         )

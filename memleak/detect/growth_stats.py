@@ -131,7 +131,7 @@ def growth_score(t: Trend, min_rel: float) -> float:
     if t.slope <= 0 or not t.tau > 0:
         return 0.0
     significance = math.inf if t.p == 0 else math.log(t.p) / math.log(ALPHA)
-    size = t.rise / (min_rel * t.level) if t.level > 0 else math.inf
+    size = t.rise / (min_rel * t.level) if t.level > 0 and min_rel > 0 else math.inf
     return min(significance, t.rise / (NOISE_K * t.noise), size)
 
 

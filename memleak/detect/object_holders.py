@@ -38,13 +38,13 @@ HOST_SHARE = 0.25
 MIN_UNBACKED_BPS = 64 * 1024
 
 
-def host_growth(run: Run) -> Growth | None:
-    """The fastest-growing host series (heap or RSS) that leaks at the share of its level any
-    series needs; None when host memory does not grow."""
+def host_growth(run: Run, min_rel: float = MIN_REL_GROWTH) -> Growth | None:
+    """The fastest-growing host series (heap or RSS) that leaks at `min_rel` of its level (by
+    default the share any series needs); None when host memory does not grow."""
     found = []
     for col in HOST_COLUMNS:
         if col in run.steps and run.steps[col].notna().sum() >= 2:
-            g = analyze_growth(run, col, min_rel=MIN_REL_GROWTH)
+            g = analyze_growth(run, col, min_rel=min_rel)
             if g.leak and g.slope > 0:
                 found.append(g)
     return max(found, key=lambda g: g.slope, default=None)
@@ -65,7 +65,9 @@ def object_findings(run: Run, holders: Sequence[HoldersRecord], hkinds: dict[str
             grown[name] = (tr, rows)
     if not grown:
         return
-    host = host_growth(run)
+    # the holder's steady rise is one witness: the host series, the second, need only clear its
+    # noise, not a share of its level (which depends on what else the process has imported)
+    host = host_growth(run, min_rel=0.0)
     own = min_rel_growth(host.column) if host is not None else 0.0
     alone = own if host is not None and own > MIN_REL_GROWTH and not analyze_growth(run, host.column).leak else 0.0
     for name, (tr, rows) in grown.items():
@@ -110,7 +112,8 @@ def _entry(
     )
     if buffer:
         f["evidence"].append(
-            f"{what} is one buffer of plain data (a bytearray, BytesIO or array) of {fmt_bytes(nbytes[-1])} at step "
+            f"{what} is one object of plain data (a string, bytes, a bytearray, BytesIO or array) of "
+            f"{fmt_bytes(nbytes[-1])} at step "
             f"{steps[-1]}, up from {fmt_bytes(nbytes[0])} at step {steps[0]}: ~{fmt_bytes(tr['slope'])} per step"
         )
     else:
@@ -144,9 +147,10 @@ def _one_buffer(objects, hkind: str) -> bool:
 def _buffer_fix(holder: str) -> str:
     """What to do with one buffer of plain data that grows every step."""
     return (
-        f"`{holder}` is one buffer that grows every step (`+=`, `.write()`, `.extend()`), all in host memory "
+        f"`{holder}` is one object that grows every step (`+=`, `.write()`, `.extend()`), all in host memory "
         f"for the whole run: write what it gathers to disk as it comes (a file, your logger) and empty it "
-        f"(`del {holder}[:]`, or `seek(0)` and `truncate()` for a BytesIO), or keep only what you need."
+        f"(`{holder} = ''` for a string, `del {holder}[:]` for a bytearray, `seek(0)` and `truncate()` for a "
+        f"BytesIO), or keep only what you need."
     )
 
 

@@ -22,7 +22,7 @@ from .holder_stats import HolderTally
 from .identity import Ages, tensor_nbytes
 from .native import image_core
 from .optimizer_params import optimizer_held
-from .pydata import BUFFERS
+from .queued import queue_items
 from .reach import closure_items, default_items, fn_name
 from .stores import Region
 from .walk_scope import (
@@ -34,7 +34,9 @@ from .walk_scope import (
     SCALARS,
     SEQ_SAMPLE,
     SEQUENCES,
+    SIZED,
     TENSOR_HOOK_DICTS,
+    atom,
     c_fields,
     c_note,
     callback_kind,
@@ -47,7 +49,6 @@ from .walk_scope import (
     named_by_class,
     opened_inside,
     pandas_managers,
-    queue_items,
     skipped,
     tensor_attrs,
     top_package,
@@ -85,7 +86,7 @@ class Walk(HolderTally):
 
     # -- queueing
     def push(self, obj: Any, path: str, holder: str | None, kind: str, weight: float = 1.0, note: str = "") -> None:
-        if isinstance(obj, SCALARS) or id(obj) in self.visited:
+        if isinstance(obj, SCALARS) and atom(obj) or id(obj) in self.visited:
             return
         self.queue.append((obj, path, holder, kind, weight, note))
 
@@ -157,7 +158,7 @@ class Walk(HolderTally):
             self._optimizer(obj, path, holder, weight, note)
         elif issubclass(t, (torch.UntypedStorage, torch.TypedStorage)):
             self._storage(obj, holder or path, kind, weight, note)
-        elif t in BUFFERS:  # one object of plain data that grows in place (`raw += chunk`)
+        elif t in SIZED:  # plain data that grows in place (`raw += chunk`) or is rebound
             self._buffer(obj, holder or path, kind, weight, note)
         elif t is memoryview or is_ndarray(t):
             self._view(obj, path, holder, kind, weight, note)
@@ -189,8 +190,7 @@ class Walk(HolderTally):
         if isinstance(base, torch.Tensor):
             self.array_bases.add(id(base))
         elif type(obj) is not memoryview and not objects and not is_view_of(base):
-            # an array with memory of its own (a copy, `np.stack`, a loaded image): host memory
-            # no tensor count sees, tallied under its holder as a tensor is
+            # an array with memory of its own (a copy, `np.stack`): tallied under its holder as a tensor is
             self._array(obj, holder or path, kind, weight, note)
         if base is not None:
             self.push(base, path, holder, kind, weight, note)
@@ -266,7 +266,7 @@ class Walk(HolderTally):
             if link is not None:  # a node of a chain (a linked list's .prev, a tree's .parent)
                 kind, note = "chain", note or f"kept along a chain of {type(obj).__name__} objects linked by .{link}"
             for k, v in d.items():
-                if isinstance(v, SCALARS) or (k.startswith("__") and k.endswith("__")):
+                if atom(v) or (k.startswith("__") and k.endswith("__")):
                     continue
                 if k == link:  # the next node: its attributes count under this one's names
                     self.push(v, path, holder, kind, weight, note)
@@ -344,7 +344,7 @@ class Walk(HolderTally):
         kind = "metric_state" if is_metric(mod) else kind  # torchmetrics' Metric, on the model or not
         d = mod.__dict__
         for k, v in d.items():
-            if k in MODULE_SKIP or isinstance(v, SCALARS):
+            if k in MODULE_SKIP or atom(v):
                 continue
             p = f"{path}.{k}" if path else k
             self.push(v, p, child_holder(holder, path, k), kind, weight, note)
@@ -371,7 +371,7 @@ class Walk(HolderTally):
             attrs = getattr(prm, "__dict__", None)  # what code hung on it (`p.seen = []`): not cached in forward
             pkind = "param_attr" if kind == "module_attr" else kind
             for a, v in list(attrs.items()) if attrs else ():
-                if not isinstance(v, SCALARS) and not a.startswith("__"):
+                if not atom(v) and not a.startswith("__"):
                     p = f"{path}.{k}.{a}" if path else f"{k}.{a}"
                     self.push(v, p, child_holder(holder, path, k, full=p), pkind, weight, note)
         for k, child in d.get("_modules", {}).items():

@@ -9,8 +9,6 @@ import collections
 import functools
 import gc
 import itertools
-import multiprocessing.queues
-import queue
 import sys
 import types
 import warnings
@@ -20,6 +18,7 @@ from typing import Any
 import torch
 
 from . import reach
+from .pydata import BUFFERS
 
 # Packages whose objects are not walked into (their tensors are their business).
 SKIP_PACKAGES = {
@@ -72,6 +71,11 @@ SKIP_PACKAGES = {
     "sklearn",
 }
 SCALARS = (type(None), bool, int, float, complex, str, bytes, range, slice, type(Ellipsis))
+# Text from this length is sized where it is held, as a buffer is (`log_text += line` every step
+# grows one string); shorter text is names and settings.
+LONG_TEXT = 16 * 1024
+TEXTS = (str, bytes)
+SIZED = (*BUFFERS, *TEXTS)  # one object of plain data the walk sizes where it is held
 SEQUENCES = (list, tuple, collections.deque, set, frozenset)
 # functools.lru_cache's C wrapper (the pure-Python fallback keeps its cache in a closure cell)
 LRU_CACHES: tuple[type, ...] = tuple(t for t in (getattr(functools, "_lru_cache_wrapper", None),) if t)
@@ -195,7 +199,7 @@ def index_bounds(obj: Any, attrs: dict) -> list[tuple[dict, int]]:
         return []
     if type(n) is not int:
         return []
-    return [(v, n) for v, top in memos if len(v) < n and top < n]
+    return [(v, n) for v, top in memos if len(v) <= n and top < n]
 
 
 def _top_index(d: dict) -> int | None:
@@ -281,6 +285,11 @@ def tensor_attrs(t: torch.Tensor, path: str, holder: str | None, exclude: set[in
     ]
 
 
+def atom(v: Any) -> bool:
+    """Nothing the walk looks into: a scalar, or text shorter than LONG_TEXT."""
+    return isinstance(v, SCALARS) and not (isinstance(v, TEXTS) and len(v) >= LONG_TEXT)
+
+
 def filled_slots(seq) -> list | None:
     """The items of a long list, tuple or deque that are not placeholders (None, a number, a
     string), when an end of it is one: slots allocated up front and filled in place, whose filled
@@ -314,14 +323,6 @@ def is_view_of(base: Any) -> bool:
     return base is not None and (type(base) is memoryview or is_ndarray(type(base)) or isinstance(base, torch.Tensor))
 
 
-#: multiprocessing's queues: put() hands each item to a feeder thread that sends it to the reading
-#: process; until then (no reader, a slow one, a full pipe) this process keeps it in `_buffer`.
-MP_QUEUES = (multiprocessing.queues.Queue,)
-MP_QUEUE_NOTE = "put on a multiprocessing.Queue that nothing empties: kept until its feeder thread sends it"
-THREAD_QUEUE_NOTE = "put on a queue between threads and not yet taken by get(): kept until a consumer takes it"
-EXECUTOR_NOTE = "submitted to a ThreadPoolExecutor and not yet run: kept, with its arguments, until a worker runs it"
-
-
 #: Objects whose insides are never walked: code, classes, modules, weak references.
 OPAQUE = (types.ModuleType, type, types.CodeType, types.GeneratorType, weakref.ref)
 
@@ -337,31 +338,6 @@ def is_metric(mod: Any) -> bool:
     """A metric (torchmetrics' Metric, ignite's, or any object with update, compute and reset): its
     states keep every update until reset()."""
     return all(callable(getattr(type(mod), m, None)) for m in ("update", "compute", "reset"))
-
-
-def queue_items(obj: Any) -> tuple[list, str, str] | None:
-    """(items, holder kind, note) of a queue between processes (what its feeder thread has not sent
-    yet, in `_buffer`) or between threads (a `queue.Queue` or `SimpleQueue`: what get() has not
-    taken: a consumer that died or is slower than the loop; an executor's `_work_queue`: the tasks
-    its workers have not run, each as what it keeps: its function and arguments); None for
-    anything else."""
-    if isinstance(obj, MP_QUEUES):
-        return list(getattr(obj, "_buffer", ())), "mp_queue", MP_QUEUE_NOTE
-    if isinstance(obj, queue.Queue):
-        return list(getattr(obj, "queue", ())), "thread_queue", THREAD_QUEUE_NOTE
-    if isinstance(obj, queue.SimpleQueue):  # a C type: its items are the one list it refers to
-        items = next((r for r in gc.get_referents(obj) if type(r) is list), [])
-        tasks = [(w.fn, w.args, w.kwargs) for w in items if _is_work_item(w)]
-        if tasks:
-            return tasks, "executor_queue", EXECUTOR_NOTE
-        return list(items), "thread_queue", THREAD_QUEUE_NOTE
-    return None
-
-
-def _is_work_item(obj: Any) -> bool:
-    """A task a `concurrent.futures.ThreadPoolExecutor` queued (its private `_WorkItem`)."""
-    t = type(obj)
-    return t.__module__ == "concurrent.futures.thread" and t.__name__ == "_WorkItem" and hasattr(obj, "args")
 
 
 def opened_inside(t: type) -> bool:
