@@ -28,6 +28,18 @@ def test_each_optimizer_step_ends_an_iteration(tmp_path):
     assert (run.steps["duration"] > 0).all()
 
 
+def test_a_gan_tracked_by_its_discriminator_s_optimizer_has_no_skipped_steps(tmp_path):
+    g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    opt_g, opt_d = torch.optim.SGD(g.parameters(), lr=0.1), torch.optim.SGD(d.parameters(), lr=0.1)
+    with memleak.track(d, optimizer=opt_d, out=tmp_path, level="counters"):
+        for _ in range(8):  # the generator's step, memleak not told of it, comes between two resets
+            fake = g(torch.randn(2, 4))
+            opt_d.zero_grad(), d(fake.detach()).sum().backward(), opt_d.step()
+            opt_g.zero_grad(), d(fake).sum().backward(), opt_g.step()
+    run = memleak.load(tmp_path)
+    assert len(run.steps) == 8 and not [e for e in run.events if e["event"] == "step_skipped"]
+
+
 def test_manual_steps_take_over_from_the_optimizer(tmp_path):
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

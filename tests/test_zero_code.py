@@ -131,6 +131,23 @@ def test_two_optimizers_make_one_iteration_per_round(tmp_path):
     assert status == 0 and session.steps == 9
 
 
+def test_a_gan_that_resets_its_gradients_makes_one_iteration_per_round(tmp_path):
+    # DCGAN's order: the generator's backward pass also writes the discriminator's gradients, which
+    # the next round resets before its backward pass; the generator's step in between says that is
+    # no skipped step (it once read as one: 19 iterations for 10 rounds)
+    session, status, _ = run_in_process(tmp_path, """
+        import torch
+        g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        opt_g = torch.optim.SGD(g.parameters(), lr=0.1)
+        opt_d = torch.optim.SGD(d.parameters(), lr=0.1)
+        for _ in range(10):
+            fake = g(torch.randn(2, 4))
+            opt_d.zero_grad(); d(fake.detach()).sum().backward(); opt_d.step()
+            opt_g.zero_grad(); d(fake).sum().backward(); opt_g.step()
+    """)
+    assert status == 0 and session.steps == 9
+
+
 def test_a_new_optimizer_takes_over(tmp_path):
     session, status, _ = run_in_process(tmp_path, """
         import torch

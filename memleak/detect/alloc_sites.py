@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..records import HoldersRecord
-from ..run import Run
+from ..run import HOST_COLUMNS, Run
 from ..schema import ALLOC_SITES_EVENT, Kind
 from ..units import fmt_bytes
 from .culprit_table import Entries, entry
 from .growth import analyze_growth
-from .object_holders import HOST_SHARE, host_growth
+from .object_holders import HOST_SHARE
 from .thresholds import MIN_DATA_BPS
 
 #: Confidence of a line that explains growth where the walk named no holder.
@@ -44,9 +44,13 @@ def site_findings(run: Run, holders: Sequence[HoldersRecord], findings: Entries)
     events = [e for e in run.events if e.get("event") == ALLOC_SITES_EVENT and isinstance(e.get("sites"), list)]
     if not events:
         return
-    host = host_growth(run)
-    if host is None or host.slope <= 0 or not analyze_growth(run, host.column).leak:
-        return  # host memory must leak on its own terms: a line's gain over a few steps is no verdict
+    # host memory must leak on its own terms (RSS at the larger share it needs alone): a line's gain
+    # over a few steps is no verdict; the fastest of the series that do (RSS may outgrow a leaking
+    # heap and still creep too little to count alone)
+    leaking = [g for col in HOST_COLUMNS if col in run.steps and (g := analyze_growth(run, col)).leak and g.slope > 0]
+    host = max(leaking, key=lambda g: g.slope, default=None)
+    if host is None:
+        return
     last = events[-1]
     steps = max(1, int(last.get("step", 0)) - int(last.get("since", 0)))
     stored = _stored_lines(holders, findings)

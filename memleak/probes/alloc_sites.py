@@ -133,6 +133,10 @@ class AllocSitesProbe(Probe):
             self.stopped = True
 
     def finish(self, step: int) -> None:
+        # a window the run ends in (a short run) is compared at its end, if a step passed since
+        # the first look: its lines are all a short run may get
+        if self.tracing_from is not None and self.first is not None and step > self.first_step:
+            self._report(step)
         self._stop()
 
     def stop(self) -> None:

@@ -99,6 +99,7 @@ class Boundaries:
         # its gradient (weakly) after the last backward pass, the gradient's version and its own
         self._grad: tuple[Any, int, int] | None = None
         self.compiled = False  # an optimizer step was seen only by what it changed: it ran compiled
+        self._others_at = 0  # other optimizers' steps (scaler_skips.other_steps) at the last backward pass
         self._done: Callable[[], None] | None = None  # the backward pass's end callback, once made
         self._model_ref: Callable[[], Any] = lambda: None
         self._model_id = 0
@@ -284,7 +285,9 @@ class Boundaries:
             # loop that called backward() had them on: the step is recorded as the loop ran it
             with torch.enable_grad() if in_backward else contextlib.nullcontext():
                 self._end(Boundary.OPTIMIZER, False)
-        elif self._grads_reset():
+        elif self._grads_reset() and self.scaler_skips.other_steps == self._others_at:
+            # no step of another optimizer either, one memleak was not given too: a GAN's generator
+            # step after a backward pass that also wrote the discriminator's gradients is a step
             self.backward_since = False
             self.skips_seen += 1
 
@@ -341,6 +344,7 @@ class Boundaries:
 
     def _on_backward_end(self) -> None:
         self.backward_since = True
+        self._others_at = self.scaler_skips.other_steps
         if self.mode is Boundary.OPTIMIZER:
             self._grad = self._grad_state()
         elif self.auto and STRENGTH[self.mode] <= STRENGTH[Boundary.BACKWARD] and not self.in_step:

@@ -63,6 +63,7 @@ class ScalerSkips:
         self._updates_since = 0  # updates expected since then: 1 after a step, 0 at the start
         self._ending: Callable[[], Any] = _none  # the optimizer whose steps end iterations
         self._others = 0  # steps of other optimizers since its last step
+        self.other_steps = 0  # ... and since tracking began (recorder/boundaries.py)
         self._handle: Any = None
 
     def start(self, ending: Any, scaler: Any = None) -> None:
@@ -77,6 +78,7 @@ class ScalerSkips:
                 counter = me()
                 if counter is not None and optimizer is not counter._ending():
                     counter._others += 1
+                    counter.other_steps += 1
 
             # empty where dynamo traces it: a compiled step adds no skip to count (outside_compile.py)
             self._handle = add_step_hook(
