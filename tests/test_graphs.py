@@ -361,3 +361,21 @@ def test_saved_growth_says_what_each_sampled_steps_graph_still_keeps():
     findings: dict = {}
     attach_saved(found, findings, {})  # no holder keeps graphs: the site that saved the most takes it
     assert any("about 8.0 KiB from each of them" in e for e in findings["train.py:9"]["evidence"])
+
+
+def test_saved_tensors_evidence_names_the_sites_of_the_record_its_total_comes_from():
+    from memleak.detect.saved_graphs import attach_saved, saved_growth
+    from memleak.records import SavedCohort, SavedRecord
+
+    def tagged(step):  # each step's graph kept: one cohort more each time
+        cohorts = tuple(SavedCohort(born=s, site="train.py:8", count=2, bytes=5120) for s in range(1, step + 1))
+        return SavedRecord(step=step, cohorts=cohorts, tagged={str(step): [2, 5120]})
+
+    # level auto's last look walks without tagging: it lists nothing of its own
+    records = [tagged(s) for s in range(1, 9)] + [SavedRecord(step=20)]
+    info = saved_growth(records)
+    findings = {}
+    attach_saved(info, findings, {})
+    (loc, f), = findings.items()
+    line = next(e for e in f["evidence"] if e.startswith("autograd still holds"))
+    assert loc == "train.py:8" and "on 8 earlier sampled steps (saved at train.py:8)" in line, line

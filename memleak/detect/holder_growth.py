@@ -211,7 +211,8 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
     if _mostly_views(h.last) and hkind != "hook":  # a hook object's tensors are not the user's to copy
         f["fix"] += (
             " Its tensors are small views (`t[0]`, `t[:, i]`, `t.view(...)`) that each keep their whole base "
-            "tensor alive: store a copy of the part you need (`t[0].clone()`, or `.detach().clone()`)."
+            "tensor alive: store a copy of the part you need (`t[0].clone()`, or `.detach().clone()`); "
+            "`.extend(t)` and `+= t` on a list store one view per row: `.extend(t.tolist())` stores numbers."
         )
 
 

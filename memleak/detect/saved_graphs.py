@@ -33,7 +33,7 @@ def saved_growth(saved: Sequence[SavedRecord]) -> dict | None:
     # what autograd still holds, by the site that saved it and by the step that saved it
     sites: dict[str, int] = defaultdict(int)
     born: dict[int, int] = defaultdict(int)
-    for c in saved[-1].cohorts:
+    for c in tagging[-1].cohorts:  # the record its total is (a last look alone may list none)
         sites[c.site] += c.bytes
         born[c.born] += c.bytes
     top = sorted(sites.items(), key=lambda kv: -kv[1])

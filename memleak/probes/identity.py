@@ -138,7 +138,9 @@ def excluded_ids(model, optimizer, start_params=None, modules: Modules | None = 
     is counted where the walk finds it (`optimizer_params`). Without one, the optimizer's are,
     or, given `start_params` (`optimizer_params.StartParams`), those it held when first seen.
     `modules`: the model's (`model_modules`), when the caller has them already."""
-    params, owned = params_and_buffers(model, modules)
+    params, buffers = params_and_buffers(model, modules)
+    # a buffer that carries a graph (a running statistic updated with grad) is no state of the run's
+    owned = [b for b in buffers if b.grad_fn is None]
     if optimizer is not None:
         if model is None:
             params = (

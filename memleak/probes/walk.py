@@ -220,8 +220,7 @@ class Walk(HolderTally):
             return
         for k, v in getattr(fn, "__dict__", {}).items():  # what code hung on it (`train_step.seen = []`)
             self.push(v, f"{path}.{k}", child_holder(holder, path, k), kind, weight, note)
-        # a function reached by name: its cells are variables of the enclosing function, which may
-        # have returned long ago; name them by variable and owner, not as attributes of the function
+        # reached by name: its cells are variables of the enclosing function (maybe long returned), named so
         for name, value in closure_items(fn):
             why = reach.closure_note(fn, name, path or None)
             self.push(value, name, reach.closure_holder(fn, name), "closure", weight, why)
@@ -236,8 +235,7 @@ class Walk(HolderTally):
             return
         fr = reach.generator_frame(obj)
         if fr is not None and not is_internal(fr[0].f_code):
-            # a generator's locals are named by their own variables, unless a container holds it; a
-            # coroutine's always: it is a task's, reached through the event loop's callbacks
+            # named by their own variables unless a container holds it; a coroutine's always (a task's)
             coroutine = isinstance(obj, types.CoroutineType)
             own = None if holder is not None and "[...]" in path and not coroutine else fr[1]
             what = "coroutine" if coroutine else "generator"
@@ -350,7 +348,10 @@ class Walk(HolderTally):
             self.push(v, p, child_holder(holder, path, k), kind, weight, note)
         for k, b in d.get("_buffers", {}).items():
             if b is not None:
-                self.buffers[f"{path}.{k}" if path else k] = [int(b.numel()), tensor_nbytes(b)[1]]
+                p = f"{path}.{k}" if path else k
+                self.buffers[p] = [int(b.numel()), tensor_nbytes(b)[1]]
+                if b.grad_fn is not None:  # a running statistic updated with grad: it carries its graph
+                    self.push(b, p, child_holder(holder, path, k), kind, weight, note)
         if name is None:
             # a module outside the tracked model (in a list, a variable): its parameters are its holder's
             for k, prm in d.get("_parameters", {}).items():
@@ -381,9 +382,8 @@ class Walk(HolderTally):
                 self.push(child, cp, h, kind, weight, note)
 
     def hook(self, fn, where: str, weight: float, copies: int = 1, hk: str = "") -> None:
-        """A hook on a module: its closure's variables and default arguments, and the object a
-        bound-method hook or a callable hook object belongs to. `copies`: hooks with its code on
-        the module (one registered on every step and never removed piles up)."""
+        """A hook on a module: its closure's variables and default arguments, and the object a bound-method
+        hook or hook object belongs to. `copies`: hooks with its code on the module (piled up, never removed)."""
         note = f"captured by hook {fn_name(fn)} on {where}"
         if copies > 1:
             note += f", one of {copies} hooks with this code on it (registered again and again, never removed)"
