@@ -636,6 +636,10 @@ def test_a_chained_module_attribute_s_fix_shows_code_that_runs():
     fix = culprit_fix(Kind.RETAINED_GRAPH, "1.running_mean", "module_attr", chained=True, has_grad=True,
                       saved_growing=False, same_object=False)
     assert "`self.running_mean = self.running_mean.detach()`" in fix and "`1.running_mean =" not in fix, fix
+    # a named module's attribute too: its own code says `self.`, not the model's path to it
+    fix = culprit_fix(Kind.RETAINED_GRAPH, "norm.running_mean", "module_attr", chained=True, has_grad=True,
+                      saved_growing=False, same_object=False)
+    assert "`self.running_mean = self.running_mean.detach()`" in fix, fix
     fix = culprit_fix(Kind.RETAINED_GRAPH, "stats['loss']", "global", chained=True, has_grad=True,
                       saved_growing=False, same_object=True)
     assert "`stats['loss'] += loss.item()`" in fix, fix

@@ -28,7 +28,7 @@ def culprit_fix(
     `arrays`: what it keeps are numpy arrays that share their tensors' memory ("shared") or that
     have memory of their own ("own"), or images with pixel memory of their own ("images")."""
     if kind == Kind.RETAINED_GRAPH:
-        return _retained_graph_fix(holder, chained, same_object)
+        return _retained_graph_fix(holder, chained, same_object, hkind)
     if hkind in QUEUES:  # nothing reads the queue: what the items are is beside the point
         return queue_fix(holder, hkind)
     if arrays:
@@ -156,10 +156,11 @@ def fed_chain_fix(holder: str, feeders: list[str]) -> str:
     )
 
 
-def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None) -> str:
+def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None, hkind: str = "") -> str:
     """Chained graphs (each step's built on the last) are cut with `.detach()`; graphs merely
-    kept alongside their tensors are not built at all (no_grad) or dropped (`.detach()`)."""
-    code = _code_name(holder)
+    kept alongside their tensors are not built at all (no_grad) or dropped (`.detach()`). An
+    attribute of the model's module is named as its own code names it (`self.running_mean`)."""
+    code = f"self.{leaf_name(holder)}" if hkind == "module_attr" else _code_name(holder)
     if chained and same_object:
         return (
             f"`{holder}` is updated in place with every step's result (like `{code} += loss`), which chains "
