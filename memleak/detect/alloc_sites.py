@@ -18,12 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..records import HoldersRecord
-from ..run import HOST_COLUMNS, Run
+from ..run import Run
 from ..schema import ALLOC_SITES_EVENT, Kind
 from ..units import fmt_bytes
 from .culprit_table import Entries, entry
-from .growth import analyze_growth
-from .object_holders import HOST_SHARE
+from .object_holders import HOST_SHARE, host_growth
 from .thresholds import MIN_DATA_BPS
 
 #: Confidence of a line that explains growth where the walk named no holder.
@@ -47,8 +46,7 @@ def site_findings(run: Run, holders: Sequence[HoldersRecord], findings: Entries)
     # host memory must leak on its own terms (RSS at the larger share it needs alone): a line's gain
     # over a few steps is no verdict; the fastest of the series that do (RSS may outgrow a leaking
     # heap and still creep too little to count alone)
-    leaking = [g for col in HOST_COLUMNS if col in run.steps and (g := analyze_growth(run, col)).leak and g.slope > 0]
-    host = max(leaking, key=lambda g: g.slope, default=None)
+    host = host_growth(run, min_rel=None)
     if host is None:
         return
     last = events[-1]

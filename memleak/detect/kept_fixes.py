@@ -7,18 +7,47 @@ from __future__ import annotations
 
 def kept_fix(holder: str, hkind: str, grad: str) -> str:
     """The fix for `holder` where its kind says how it lives, else ''."""
-    return (
-        _optimizer_fix(holder, hkind, grad)
-        or _hook_fix(holder, hkind, grad)
-        or _chain_fix(holder, hkind, grad)
-        or _lifetime_fix(holder, hkind, grad)
-        or jit_fix(holder, hkind)
-    )
+    return _chain_fix(holder, hkind, grad) or _kind_fix(holder, hkind, grad) or jit_fix(holder, hkind)
 
 
-#: Fixes for holders that live as long as a function, a registry or a running thread, by holder kind
-#: ({holder}, {grad}).
-_LIFETIME_FIXES = {
+#: Fixes by holder kind ({holder}, {grad}): holders that live as long as a function, a registry, a
+#: running thread or a queue; what an optimizer keeps besides the model's state; what a hook keeps.
+_KIND_FIXES = {
+    "optimizer_params": (
+        "`{holder}` gains parameters every step that are not the model's, and the optimizer keeps each with "
+        "its gradient and state (Adam's exp_avg/exp_avg_sq) for as long as it lives: build the layer or "
+        "parameter once, before the loop, instead of calling `add_param_group` on every step; or remove "
+        "the stale group (and its `optimizer.state` entries) when its parameters are replaced, or rebuild "
+        "the optimizer over the current parameters only."
+    ),
+    "optimizer_state": (
+        "`{holder}` keeps optimizers besides the tracked one, each with its state for the model's "
+        "parameters (Adam's exp_avg/exp_avg_sq: twice the parameters' size): build the optimizer once, "
+        "before the loop, and keep no old ones (nor their `state_dict()`s) in a list."
+    ),
+    "optimizer_attr": (
+        "`{holder}` is a container the optimizer keeps besides its state, and it gains a tensor every "
+        "step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or clear it after "
+        "logging{grad}."
+    ),
+    "closure": (
+        "`{holder}` is captured by a closure (a hook or callback) and gains tensors every step: store "
+        "`t.detach().cpu()` or a number, clear it after use, or remove the hook when done{grad}."
+    ),
+    "piled_hook": (
+        "`{holder}` is kept by a hook that is registered again on every step and never removed, so "
+        "the hooks pile up and each keeps what it captured: register the hook once, outside the loop, or "
+        "keep the handle the registering call returns (`module.register_forward_hook(...)`, "
+        "`tensor.register_hook(...)`) and call `handle.remove()` when done; store "
+        "`t.detach().cpu()` or numbers{grad}."
+    ),
+    "hook": (
+        "`{holder}` holds a hook object whose tensors grow every step: it is applied again and again "
+        "without being removed (`torch.nn.utils.prune` re-applied each epoch adds one more pruning "
+        "method, with its own copy of the mask, to the module's hook). Apply it once, make it permanent "
+        "after each round (`prune.remove(module, name)`), or remove the old hook (`handle.remove()`) "
+        "before registering a new one{grad}."
+    ),
     "lru_cache": (
         "`{holder}` is cached with `functools.lru_cache`, which keeps every argument and result it saw "
         "for as long as the function lives (a tensor argument is a new key on every call): cache detached "
@@ -71,18 +100,16 @@ _LIFETIME_FIXES = {
 def queue_fix(holder: str, hkind: str) -> str:
     """The fix for what a multiprocessing Queue or a queue.Queue keeps because nothing takes it out
     (tensors or plain data alike), else ''."""
-    return _lifetime_fix(holder, hkind, "") if hkind in QUEUES else ""
+    return _kind_fix(holder, hkind, "") if hkind in QUEUES else ""
 
 
 #: Holder kinds of queues between threads or processes (probes/walk.py).
 QUEUES = ("mp_queue", "thread_queue", "executor_queue")
 
 
-def _lifetime_fix(holder: str, hkind: str, grad: str) -> str:
-    """The fix for a holder that lives as long as a function, a registry or a running thread (an
-    lru_cache, a finalizer, a mutable default argument, a thread's arguments, a multiprocessing
-    Queue's buffer), else ''."""
-    fix = _LIFETIME_FIXES.get(hkind)
+def _kind_fix(holder: str, hkind: str, grad: str) -> str:
+    """The fix its kind gives a holder (`_KIND_FIXES`), else ''."""
+    fix = _KIND_FIXES.get(hkind)
     return fix.format(holder=holder, grad=grad) if fix else ""
 
 
@@ -97,57 +124,6 @@ def _chain_fix(holder: str, hkind: str, grad: str) -> str:
         f"bounded history (`collections.deque(maxlen=...)`) instead of a chain, or store numbers or "
         f"detached copies{grad}."
     )
-
-
-def _optimizer_fix(holder: str, hkind: str, grad: str) -> str:
-    """The fix for what an optimizer keeps besides the model's state, else ''."""
-    if hkind == "optimizer_params":
-        return (
-            f"`{holder}` gains parameters every step that are not the model's, and the optimizer keeps each with "
-            f"its gradient and state (Adam's exp_avg/exp_avg_sq) for as long as it lives: build the layer or "
-            f"parameter once, before the loop, instead of calling `add_param_group` on every step; or remove "
-            f"the stale group (and its `optimizer.state` entries) when its parameters are replaced, or rebuild "
-            f"the optimizer over the current parameters only."
-        )
-    if hkind == "optimizer_state":
-        return (
-            f"`{holder}` keeps optimizers besides the tracked one, each with its state for the model's "
-            f"parameters (Adam's exp_avg/exp_avg_sq: twice the parameters' size): build the optimizer once, "
-            f"before the loop, and keep no old ones (nor their `state_dict()`s) in a list."
-        )
-    if hkind == "optimizer_attr":
-        return (
-            f"`{holder}` is a container the optimizer keeps besides its state, and it gains a tensor every "
-            f"step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or clear it after "
-            f"logging{grad}."
-        )
-    return ""
-
-
-def _hook_fix(holder: str, hkind: str, grad: str) -> str:
-    """The fix for a holder a hook keeps (a closure, hooks piled up, a hook object), or ""."""
-    if hkind == "closure":
-        return (
-            f"`{holder}` is captured by a closure (a hook or callback) and gains tensors every step: store "
-            f"`t.detach().cpu()` or a number, clear it after use, or remove the hook when done{grad}."
-        )
-    if hkind == "piled_hook":
-        return (
-            f"`{holder}` is kept by a hook that is registered again on every step and never removed, so "
-            f"the hooks pile up and each keeps what it captured: register the hook once, outside the loop, or "
-            f"keep the handle the registering call returns (`module.register_forward_hook(...)`, "
-            f"`tensor.register_hook(...)`) and call `handle.remove()` when done; store "
-            f"`t.detach().cpu()` or numbers{grad}."
-        )
-    if hkind == "hook":
-        return (
-            f"`{holder}` holds a hook object whose tensors grow every step: it is applied again and again "
-            f"without being removed (`torch.nn.utils.prune` re-applied each epoch adds one more pruning "
-            f"method, with its own copy of the mask, to the module's hook). Apply it once, make it permanent "
-            f"after each round (`prune.remove(module, name)`), or remove the old hook (`handle.remove()`) "
-            f"before registering a new one{grad}."
-        )
-    return ""
 
 
 def jit_fix(holder: str, hkind: str) -> str:

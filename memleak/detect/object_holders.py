@@ -38,9 +38,10 @@ HOST_SHARE = 0.25
 MIN_UNBACKED_BPS = 64 * 1024
 
 
-def host_growth(run: Run, min_rel: float = MIN_REL_GROWTH) -> Growth | None:
+def host_growth(run: Run, min_rel: float | None = MIN_REL_GROWTH) -> Growth | None:
     """The fastest-growing host series (heap or RSS) that leaks at `min_rel` of its level (by
-    default the share any series needs); None when host memory does not grow."""
+    default the share any series needs; None: each series on its own terms, RSS at the larger share
+    it needs alone); None when host memory does not grow."""
     found = []
     for col in HOST_COLUMNS:
         if col in run.steps and run.steps[col].notna().sum() >= 2:
