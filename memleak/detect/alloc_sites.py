@@ -35,6 +35,14 @@ LIBRARY_SHARE = 0.1
 PARTLY = 0.7
 #: What to do with what a library keeps, where the library is known for one way to release it.
 RELEASE = {"matplotlib": "close each figure when done with it (`plt.close(fig)`, or `plt.close('all')`)"}
+#: What torch keeps of a line's calls may be what the line creates, or torch's own state.
+TORCH_KEEPS = (
+    "torch keeps what this line's call makes each step. Where the line creates something torch registers "
+    "(a traced or compiled function, a hook, a custom op, a process group), create it once, outside the "
+    "loop; where it is an ordinary call of the step (the forward, backward or optimizer step), the state is "
+    "torch's own: run the loop without memleak to see whether the heap grows there too, and look for a known "
+    "issue of your torch version."
+)
 
 
 def site_findings(run: Run, holders: Sequence[HoldersRecord], findings: Entries) -> None:
@@ -143,6 +151,8 @@ def _evidence(line: str, lib: str, code: str, nbytes: float, blocks: int, event:
 
 
 def _fix(line: str, lib: str) -> str:
+    if lib == "torch":
+        return f"At {line}: {TORCH_KEEPS}"
     how = RELEASE.get(lib, "release it when done with it (close it, or clear or bound the cache that keeps it)")
     who = lib or "something the walk does not reach"
     return (

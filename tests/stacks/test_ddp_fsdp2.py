@@ -176,10 +176,12 @@ def assert_only_rank_1_leaks(report, untracked_heap: float) -> None:
     """Rank 1 leaks; rank 0 does not, or only by the C heap growth its untracked run had too."""
     assert report.ranks[1].verdict == "leak", str(report)
     # FSDP2 on gloo grows the C heap by a few KiB a step on every rank, untracked too (torch's own,
-    # not memleak's): rank 0 may be reported for that growth, and for nothing else
+    # not memleak's): rank 0 may be reported for that growth (where tracemalloc ran, by the lines of
+    # the step inside torch that make it, told it is torch's own state), and for nothing else
     for s in report.ranks[0].suspects:
         if s.leak:
-            assert (s.kind.value, s.location) == ("linear_growth", "heap_bytes"), str(report)
+            torchs = s.kind.value == "python_objects" and "torch keeps what this line's call makes" in s.fix
+            assert torchs or (s.kind.value, s.location) == ("linear_growth", "heap_bytes"), str(report)
             assert untracked_heap >= 0.25 * s.bytes_per_step, (untracked_heap, str(report))
     if report.ranks[0].verdict != "leak":
         assert [(d.rank, d.kind) for d in report.divergences] == [(1, "leaks_alone")]
