@@ -68,3 +68,30 @@ def test_a_leak_under_an_epoch_sawtooth_raises_its_lows_and_is_confirmed():
     heap = 100 * MIB + epochs + 0.5 * MIB * np.arange(125.0)
     (f,) = confirm_after_sampling(_run(heap), [_detached_holder()])
     assert f.leak
+
+
+def _data_holder():
+    """A dict of per-sample floats the heap backed on its sampled steps (its tables are malloc'd)."""
+    return Finding("culprits", Kind.PYTHON_OBJECTS, "per_sample", 6 << 10, 0.0, 0.89, ("grew",), "fix",
+                   data={"steps": list(range(1, 28, 2)), "host_column": "heap_bytes"})
+
+
+def _host_run(heap, rss):
+    steps = pd.DataFrame({"step": np.arange(len(heap)), "heap_bytes": heap, "rss_bytes": rss})
+    return Run({"device": "cpu"}, steps)
+
+
+def test_python_data_whose_later_growth_shows_in_rss_alone_is_confirmed():
+    # its small objects live in pymalloc's arenas: after step 28 the heap rose 1.3 KiB a step, RSS 5 KiB
+    n = 60
+    heap = 112 * MIB + 1300 * np.arange(n)
+    rss = 320 * MIB + 5 * 1024 * np.arange(n)
+    (f,) = confirm_after_sampling(_host_run(heap, rss), [_data_holder()])
+    assert f.leak and f.evidence == ("grew",)
+
+
+def test_python_data_that_stopped_in_both_host_series_is_not_confirmed():
+    n = 60
+    grow = np.minimum(np.arange(n), 28)
+    (f,) = confirm_after_sampling(_host_run(112 * MIB + 6144 * grow, 320 * MIB + 6144 * grow), [_data_holder()])
+    assert not f.leak and "stopped growing" in f.evidence[-1]
