@@ -118,6 +118,39 @@ def test_the_model_is_the_top_level_module_that_owns_the_parameters(tmp_path):
     assert status == 0 and session.model_name == "Net"
 
 
+def test_the_model_is_the_module_that_owns_the_one_called_where_only_a_submodule_is_called(tmp_path):
+    # Lightning's order: training_step calls self.body(x), never the LightningModule's own forward; the
+    # list kept on the LightningModule is named as its attribute, not by a path through the trainer
+    session, status, _ = run_in_process(tmp_path, """
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 4))
+                self.step_losses = []
+            def training_step(self, x):
+                loss = self.body(x).pow(2).mean()
+                self.step_losses.append(loss)
+                return loss
+
+        class Trainer:
+            def __init__(self, net):
+                self._connector = {"selector": {"model": net}}
+        net = Net()
+        trainer = Trainer(net)
+        del net
+        opt = torch.optim.SGD(trainer._connector["selector"]["model"].parameters(), lr=0.01)
+        for _ in range(40):
+            loss = trainer._connector["selector"]["model"].training_step(torch.randn(8, 16))
+            opt.zero_grad(); loss.backward(); opt.step()
+    """, level="full")
+    assert status == 0 and session.model_name == "Net"
+    top = session.tracker.report().suspects[0]
+    assert (top.kind, top.location) == ("retained_graph", "step_losses"), str(session.tracker.report())
+
+
 def test_two_optimizers_make_one_iteration_per_round(tmp_path):
     session, status, _ = run_in_process(tmp_path, """
         import torch

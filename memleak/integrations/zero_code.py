@@ -19,7 +19,8 @@ script's iterations and its model by itself:
 - **the model**: until tracking starts, global module forward hooks note the
   modules called at the top level (not from inside another module). At the
   first optimizer step, the one that holds most of its parameters is the model
-  the tracker attaches its module probes to; when a module with parameters is
+  the tracker attaches its module probes to (or the module that owns it, where one
+  trains as much: a LightningModule whose ``training_step`` calls a submodule); when a module with parameters is
   called at the top level a second time before any optimizer step, that module
   is the model, and tracking starts there. Those global hooks are removed when
   tracking starts, so the rest of the run pays nothing for them.
@@ -188,12 +189,42 @@ class ZeroCodeSession:
             held = sum(1 for p in module.parameters() if id(p) in params)
             if held and (held, calls) > best_key:
                 best, best_key = module, (held, calls)
-        return best
+        return _owner(best, params) if best is not None else None
 
     @property
     def steps(self) -> int:
         """Iterations tracked so far."""
         return self.tracker.iterations if self.tracker is not None else 0
+
+
+def _owner(module, params: set[int]):
+    """The module that owns `module` and trains as much with the optimizer (a LightningModule whose
+    training_step calls ``self.body(x)``, never its own forward), climbing while there is one such
+    parent: its attributes, the user's own, are then named from the model. Once, at the start."""
+    held = sum(1 for p in module.parameters() if id(p) in params)
+    for _ in range(4):
+        parents = _parents(module)
+        if len(parents) != 1 or sum(1 for p in parents[0].parameters() if id(p) in params) < held:
+            break
+        module = parents[0]
+    return module
+
+
+def _parents(module) -> list:
+    """The modules whose ``_modules`` table holds `module` (each referrer scan walks the heap once)."""
+    import gc
+
+    import torch
+
+    tables = [d for d in gc.get_referrers(module) if type(d) is dict]
+    if not tables:
+        return []
+    # the module's own __dict__ (a dict object once materialized) may stand between it and its table
+    holders = gc.get_referrers(*tables)
+    dicts = [h for h in holders if type(h) is dict]
+    holders += gc.get_referrers(*dicts) if dicts else []
+    found = {id(m): m for m in holders if isinstance(m, torch.nn.Module) and any(m._modules is t for t in tables)}
+    return list(found.values())
 
 
 def _has_parameters(module) -> bool:
