@@ -703,6 +703,22 @@ def test_a_metric_module_outside_the_model_is_a_metric_state_too():
     assert "call `metric.reset()` after `metric.compute()`" in top.fix, top.fix
 
 
+def test_a_metric_given_predictions_with_their_graph_is_told_to_get_detached_ones():
+    # torchmetrics' update runs under no_grad and stores a view of what it is given: the graph is
+    # kept through the view's base, and the metric is told to get detached tensors
+    model, opt = _model_and_optimizer()
+    metric = _AUROCLike()
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(40):
+            out, _ = _step(model, opt)
+            probs = out.softmax(-1)
+            with torch.no_grad():
+                metric.update(probs.reshape(32, -1), torch.zeros(32))
+    top = tracker.report().suspects[0]
+    assert (top.kind.value, top.location) == ("retained_graph", "metric.preds"), str(tracker.report())
+    assert "`metric.update(preds.detach(), target)`" in top.fix and "`metric.reset()`" in top.fix, top.fix
+
+
 class _IgniteLikeAccuracy:
     """A metric that is no module (ignite's Metric): update, compute, reset."""
 

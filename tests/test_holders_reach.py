@@ -718,3 +718,20 @@ def test_an_attribute_hung_on_a_module_level_function_is_walked_by_its_name():
         assert st.count == 3 and st.kind == "global"
     finally:
         del _module_level_keeper.by_step
+
+
+def test_a_no_grad_view_kept_by_a_holder_keeps_its_bases_graph():
+    # what torchmetrics' update stores of the predictions it is given: a view made under no_grad has
+    # no grad_fn of its own, yet its _base keeps the step's autograd graph alive
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    kept_preds = []
+    for _ in range(3):
+        probs = model(torch.randn(5, 8)).softmax(-1)
+        with torch.no_grad():
+            kept_preds.append(probs.transpose(0, 1).reshape(4, -1).T)
+    assert kept_preds[0].grad_fn is None and kept_preds[0]._base.grad_fn is not None
+    st = _walk([sys._getframe()]).holders["kept_preds"]
+    assert st.n_grad == 3 and st.nodes >= 3 * 4, (st.n_grad, st.nodes)
+    detached = [p.detach() for p in kept_preds]  # a detached view keeps no graph
+    del kept_preds, probs
+    assert _walk([sys._getframe()]).holders["detached"].n_grad == 0

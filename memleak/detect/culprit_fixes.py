@@ -182,6 +182,14 @@ def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None, hk
             f"`.detach()` where the tensor is carried into the next step (an RNN hidden state: "
             f"`h = h.detach()` each step); then `backward()` needs no `retain_graph=True`."
         )
+    if hkind == "metric_state":
+        metric = holder.rsplit(".", 1)[0]
+        return (
+            f"`{holder}` is a state of the metric `{metric}`, and it keeps what each update was given "
+            f"together with its autograd graph (the view a metric stores still keeps the graph of the "
+            f"tensor it was made from): pass detached tensors (`{metric}.update(preds.detach(), target)`), "
+            f"and call `{metric}.reset()` after `{metric}.compute()` at the end of each epoch."
+        )
     return (
         f"`{holder}` keeps tensors together with their autograd graphs (every activation saved for "
         f"backward). Run evaluation/inference under `torch.no_grad()` or `torch.inference_mode()`, "

@@ -186,9 +186,10 @@ class HolderTally:
             if issubclass(type(it), torch.Tensor):
                 self.tensor_holder.setdefault(id(it), holder)
                 self._name_base(it, holder)
-                if it.grad_fn is not None:  # its graph's leaves are the holder's too (`_finish`)
+                kept = graph_kept(it)
+                if kept is not None:  # its graph's leaves are the holder's too (`_finish`)
                     late = self._stats(holder, "")._late_fns if late is None else late
-                    late.append(it.grad_fn)
+                    late.append(kept[0])
 
     def _name_base(self, t: torch.Tensor, holder: str) -> None:
         """The base a view keeps alive is held by the view's holder too: a view and its base
@@ -245,8 +246,9 @@ class HolderTally:
             st.views += weight
         if id(t) in self.array_bases:
             st.arrays += weight
-        if t.grad_fn is not None:
-            self._keeps_graph(st, t.grad_fn, t.output_nr, weight)
+        kept = graph_kept(t)
+        if kept is not None:
+            self._keeps_graph(st, *kept, weight)
 
     def _graph_node(self, fn: Any, holder: str, kind: str, weight: float, note: str) -> None:
         """An autograd node kept by itself (``fns.append(loss.grad_fn)``): the graph it starts
@@ -377,3 +379,15 @@ def compare_sizes(before: dict[str, tuple], after: dict[str, tuple], new: bool =
             tensors = tensors or any(a > b for a, b in zip(now[:3], was[:3], strict=True))
             data = max(data, now[3] - was[3])
     return tensors, data
+
+
+def graph_kept(t: torch.Tensor) -> tuple[Any, int] | None:
+    """(the autograd node, its output) whose graph `t` keeps alive: its own grad_fn, or, for a view
+    made under no_grad of a tensor with a graph (what a metric's update stores of the predictions
+    it is given), its base's, which the view keeps alive."""
+    if t.grad_fn is not None:
+        return t.grad_fn, t.output_nr
+    base = t._base
+    if base is not None and base.grad_fn is not None:
+        return base.grad_fn, base.output_nr
+    return None
