@@ -37,6 +37,22 @@ def leaf_name(holder: str) -> str:
     return parts[-1] if parts else name
 
 
+def attribute_owner(holder: str) -> str | None:
+    """The object a holder is an attribute of (`metric.preds` -> `metric`), or None where it is no
+    attribute: an entry of a container (`norms['0.weight']`, whose key holds a dot) or a bare name.
+    A closure's or thread's suffix stays on the owner (`state.buf (closure of f)` -> `state (closure of f)`)."""
+    name, paren, suffix = holder.partition(" (")
+    if name.endswith("]"):
+        return None
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += name[i] == "]"
+        depth -= name[i] == "["
+        if name[i] == "." and depth == 0:
+            return name[:i] + paren + suffix if i else None
+    return None
+
+
 def thread_local_name(var: str, function: str, thread: str) -> str:
     """A holder that is a local of a function another thread runs, named from that function's code
     (probes/referrers.py): ``predictions (local of metrics_worker() in thread 'Thread-1')``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ..holder_names import attribute_owner
 from ..schema import Kind
 
 #: location -> entry (kind, fix, evidence, data, leak, confidence, bps, total), made into a Finding at the end.
@@ -35,13 +36,10 @@ def merge_siblings(findings: Entries) -> None:
     one that keeps graphs comes before one that keeps only bytes (a loss beside an accuracy)."""
     by_parent: dict[str, list[str]] = defaultdict(list)
     for loc, f in findings.items():
-        if (
-            f.get("leak")
-            and "." in loc
-            and ":" not in loc
-            and f["kind"] in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR, Kind.PYTHON_OBJECTS)
-        ):
-            by_parent[loc.rsplit(".", 1)[0]].append(loc)
+        # entries of one container (a key with a dot in it too) are folded later (suspects._fold_entries)
+        owner = attribute_owner(loc) if ":" not in loc else None
+        if f.get("leak") and owner and f["kind"] in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR, Kind.PYTHON_OBJECTS):
+            by_parent[owner].append(loc)
     for parent, locs in by_parent.items():
         if len(locs) < 2:
             continue
