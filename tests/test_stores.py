@@ -5,7 +5,7 @@ import textwrap
 import torch
 
 import memleak
-from memleak.holder_names import leaf_name
+from memleak.holder_names import attribute_owner, leaf_name
 from memleak.probes.stores import find_store, store_line
 
 SOURCE = textwrap.dedent('''
@@ -40,6 +40,35 @@ SOURCE = textwrap.dedent('''
     def log_to(frame, step, loss):
         frame.loc[len(frame)] = [step, loss]
 ''')
+
+
+def test_the_owner_of_an_attribute_reads_past_dots_in_keys_and_closure_names():
+    assert attribute_owner("metric.preds") == "metric"
+    assert attribute_owner("a.b['k.1'].c") == "a.b['k.1']"
+    assert attribute_owner("norms['0.weight']") is None  # an entry, not an attribute
+    assert attribute_owner("losses (closure of f.<locals>.g)") is None
+    assert attribute_owner("state.buf (closure of make_step.<locals>.step)") == "state (closure of make_step.<locals>.step)"
+    assert attribute_owner("history") is None
+
+
+def test_a_dict_of_lists_by_parameter_name_is_one_cause_named_by_its_entries():
+    # keys with dots in them (`named_parameters()`): the entries were grouped by what comes before
+    # a dot inside the key ("another attribute of norms['0"), and one entry was left out
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    norms: dict = {}
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(40):
+            loss = model(torch.randn(64, 8)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            for n, p in model.named_parameters():
+                norms.setdefault(n, []).append(p.grad.clone())
+            opt.step()
+    top = tracker.report().suspects[0]
+    assert top.location.startswith("norms['"), str(tracker.report())
+    assert not any("another attribute" in e for e in top.evidence), top.evidence
+    assert any("3 more entries of norms leak the same way" in e for e in top.evidence), top.evidence
 
 
 def test_leaf_names_are_the_last_name_a_person_typed():
@@ -156,3 +185,31 @@ def test_a_holder_grown_by_rebinding_it_or_through_an_alias_is_found_where_it_gr
     assert store_line(str(path), 1, 100, "TRACE") == at["lst.append"]
     assert store_line(str(path), 1, 100, "hardest") == at["heappush"]  # a function that adds to its argument
     assert store_line(str(path), 1, 100, "bank.mem") == at["torch.cat([self.mem"]  # a buffer registered again
+
+
+# What a library returns each step with a list of tensors inside (transformers' DynamicCache and its
+# `.layers`): the list is the library's, stored into by no line of the user's
+_LIBRARY = {"torch": torch, "__name__": "cachelib.cache_utils"}
+exec(compile(
+    "class LayeredCache:\n"
+    "    def __init__(self, n):\n"
+    "        self.layers = [torch.randn(256) for _ in range(n)]\n",
+    "/usr/lib/python3/dist-packages/cachelib/cache_utils.py", "exec"), _LIBRARY)
+_LayeredCache = _LIBRARY["LayeredCache"]
+
+
+def test_a_list_kept_by_the_items_of_a_list_is_filled_where_the_items_are_stored():
+    model = torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    cache_per_step = []
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(40):
+            loss = model(torch.randn(16, 8)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            cache_per_step.append(_LayeredCache(2))
+            line = inspect.currentframe().f_lineno - 1
+    top = tracker.report().suspects[0]
+    assert top.location == "cache_per_step[...].layers", str(tracker.report())
+    assert f"cache_per_step[...].layers is filled at test_stores.py:{line}" in "\n".join(top.evidence), top.evidence

@@ -237,7 +237,15 @@ def spans(regions: list[Region]) -> Iterator[tuple[str, int, int]]:
 
 
 def find_store(holder: str, regions: list[Region]) -> str | None:
-    """'file.py:line' of the first region's line that stores into `holder`, else None."""
+    """'file.py:line' of the first region's line that stores into `holder`, else None. A holder
+    named through the items of a container (`caches[...].layers`: a list inside what a library
+    returns) that no line fills is filled where those items are stored (`caches.append(...)`)."""
+    found = _find_store(holder, regions)
+    outer = holder.split("[...]", 1)[0]
+    return found if found is not None or outer == holder or not outer else _find_store(outer, regions)
+
+
+def _find_store(holder: str, regions: list[Region]) -> str | None:
     for filename, first, last in spans(regions):
         line = store_line(filename, first, last, holder)
         if line is not None:
