@@ -151,6 +151,29 @@ def test_the_model_is_the_module_that_owns_the_one_called_where_only_a_submodule
     assert (top.kind, top.location) == ("retained_graph", "step_losses"), str(session.tracker.report())
 
 
+def test_the_owner_climbed_to_trains_nothing_with_grad_the_optimizer_does_not():
+    from memleak.integrations.zero_code import _owner
+
+    class Net(torch.nn.Module):  # a frozen part of its own is no reason to stop
+        def __init__(self):
+            super().__init__()
+            self.body, self.frozen = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4).requires_grad_(False)
+
+    class GAN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g, self.d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+
+    def ids(m):
+        return {id(p) for p in m.parameters()}
+
+    net, gan, ensemble = Net(), GAN(), torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)])
+    assert _owner(net.body, ids(net.body)) is net
+    assert _owner(gan.g, ids(gan.g)) is gan.g  # the generator's optimizer: not the pair
+    assert _owner(gan.g, ids(gan)) is gan
+    assert _owner(ensemble[0], ids(ensemble[0])) is ensemble[0]
+
+
 def test_two_optimizers_make_one_iteration_per_round(tmp_path):
     session, status, _ = run_in_process(tmp_path, """
         import torch

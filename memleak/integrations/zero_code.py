@@ -20,7 +20,7 @@ script's iterations and its model by itself:
   modules called at the top level (not from inside another module). At the
   first optimizer step, the one that holds most of its parameters is the model
   the tracker attaches its module probes to (or the module that owns it, where one
-  trains as much: a LightningModule whose ``training_step`` calls a submodule); when a module with parameters is
+  trains nothing else: a LightningModule whose ``training_step`` calls a submodule); when a module with parameters is
   called at the top level a second time before any optimizer step, that module
   is the model, and tracking starts there. Those global hooks are removed when
   tracking starts, so the rest of the run pays nothing for them.
@@ -198,13 +198,14 @@ class ZeroCodeSession:
 
 
 def _owner(module, params: set[int]):
-    """The module that owns `module` and trains as much with the optimizer (a LightningModule whose
-    training_step calls ``self.body(x)``, never its own forward), climbing while there is one such
-    parent: its attributes, the user's own, are then named from the model. Once, at the start."""
-    held = sum(1 for p in module.parameters() if id(p) in params)
+    """The module that owns `module` and trains nothing else with grad than the optimizer does (a
+    LightningModule whose training_step calls ``self.body(x)``, never its own forward), climbing
+    while there is one such parent: its attributes, the user's own, are then named from the model.
+    Not a parent that trains other parameters too (an ensemble's list, a GAN's pair). Once, at the
+    start."""
     for _ in range(4):
         parents = _parents(module)
-        if len(parents) != 1 or sum(1 for p in parents[0].parameters() if id(p) in params) < held:
+        if len(parents) != 1 or any(p.requires_grad and id(p) not in params for p in parents[0].parameters()):
             break
         module = parents[0]
     return module
