@@ -435,6 +435,21 @@ def test_the_stack_after_the_last_detail_step_takes_memleaks_own_bytes_off_once(
     assert top == pytest.approx(100 * MIB + 64 * 1024 * x)
 
 
+def test_the_stack_leaves_out_the_detail_steps_tracemalloc_traced():
+    """A window's detail steps read while tracemalloc traced (their host reads emptied): the records'
+    counter there carries tracemalloc's tables, and the stack jumped above the heap line."""
+    run = _heap_run(60, (1, 3, 5, 40, 42, 44), level="auto")
+    traced = (42, 43, 44)
+    run.steps.loc[run.steps["step"].isin(traced), "heap_bytes"] = np.nan
+    for r in run.module_records:
+        if r.step in traced:
+            r.categories["total"] += 12 * MIB
+    x, layers = categories(run, [])
+    assert x.tolist() == [1, 3, 5, 40]
+    top = np.sum([v for _, v in layers], axis=0)
+    assert top == pytest.approx(100 * MIB + 64 * 1024 * x)
+
+
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node to check the page's scripts")
 def test_the_pages_own_scripts_are_valid_javascript(tmp_path, page):
     scripts = re.findall(r"<script>(.*?)</script>", without_plotlyjs(page), flags=re.S)

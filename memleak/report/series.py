@@ -196,7 +196,8 @@ def categories(
     that ever hold `min_share` of the total (a tenth of that for those in `keep`), on top,
     beside the line they make grow; the rest is labelled `rest` (`rest_label`).
     ([], []) when the run has neither categories nor holders."""
-    records = [r for r in getattr(run, "module_records", []) if r.categories]
+    emptied = _traced_steps(run)
+    records = [r for r in getattr(run, "module_records", []) if r.categories and r.step not in emptied]
     walks = holder_series(run, holders) if holders else {}
     if records:
         x = np.array([r.step for r in records], dtype=float)
@@ -227,6 +228,19 @@ def categories(
         below = np.sum([v for _, v in layers], axis=0) if layers else np.zeros(len(x))
         layers.insert(0, (rest, np.clip(total - below, 0, None)))
     return x, layers
+
+
+def _traced_steps(run) -> set[int]:
+    """The steps whose host reads were emptied while tracemalloc traced (recorder/heap_reads.py):
+    a `modules` record's counter read there carries tracemalloc's tables (a jump of the stack
+    above the heap line, over the steps of a window)."""
+    col = "heap_bytes"
+    if col not in run.steps or run.memory_column() != col:
+        return set()
+    values = run.steps[col].to_numpy(dtype=float)
+    if not np.isfinite(values).any():
+        return set()
+    return {int(s) for s in run.steps["step"].to_numpy()[~np.isfinite(values)]}
 
 
 def stack_floor(layers: list[tuple[str, np.ndarray]], lines: list[np.ndarray]) -> float:
