@@ -69,6 +69,7 @@ def test_a_dict_of_lists_by_parameter_name_is_one_cause_named_by_its_entries():
     assert top.location.startswith("norms['"), str(tracker.report())
     assert not any("another attribute" in e for e in top.evidence), top.evidence
     assert any("3 more entries of norms leak the same way" in e for e in top.evidence), top.evidence
+    assert top.evidence[0].startswith(f"the entry {top.location} holds"), top.evidence[0]
 
 
 def test_leaf_names_are_the_last_name_a_person_typed():

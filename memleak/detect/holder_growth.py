@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..holder_names import is_traceback_note
+from ..holder_names import attribute_owner, is_traceback_note
 from ..records import HolderRow, HoldersRecord
 from ..schema import Kind
 from ..units import fmt_bytes
@@ -253,8 +253,8 @@ def _mostly_views(last: HolderRow) -> bool:
 def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> list[str]:
     """How the holder's tensor count (else its bytes) grew, in words."""
     where = _WHERE.get(hkind, "")
-    if "." in name and hkind in ("local", "global"):
-        where = "the attribute"
+    if hkind in ("local", "global") and (attribute_owner(name) or name.endswith("]")):
+        where = "the attribute" if attribute_owner(name) else "the entry"  # a key may hold a dot
     what = f"{where + ' ' if where else ''}{name}"
     steps, count, nbytes = h.steps, h.count, h.nbytes
     noun = _NOUNS.get(_arrays(h.last), "tensor")
