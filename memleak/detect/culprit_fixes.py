@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..holder_names import is_family, is_traceback_note, leaf_name, thread_local_parts
+from ..holder_names import attribute_owner, is_family, is_traceback_note, leaf_name, thread_local_parts
 from ..schema import Kind
 from ..units import fmt_bytes
 from .kept_fixes import QUEUES, kept_fix, queue_fix
@@ -128,7 +128,7 @@ def _callback_fix(holder: str) -> str:
 
 
 def _metric_fix(holder: str, grad: str) -> str:
-    metric = holder.rsplit(".", 1)[0]
+    metric = attribute_owner(holder) or holder
     return (
         f"`{holder}` is a state of the metric `{metric}` (it has update, compute and reset), which keeps "
         f"every update until it is reset: call `{metric}.reset()` after `{metric}.compute()` at the end of "
@@ -183,7 +183,7 @@ def _retained_graph_fix(holder: str, chained: bool, same_object: bool | None, hk
             f"`h = h.detach()` each step); then `backward()` needs no `retain_graph=True`."
         )
     if hkind == "metric_state":
-        metric = holder.rsplit(".", 1)[0]
+        metric = attribute_owner(holder) or holder
         return (
             f"`{holder}` is a state of the metric `{metric}`, and it keeps what each update was given "
             f"together with its autograd graph (the view a metric stores still keeps the graph of the "

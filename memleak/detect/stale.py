@@ -53,9 +53,8 @@ def confirm_after_sampling(run: Run, findings: list[Finding]) -> list[Finding]:
         # Python's small objects live in pymalloc's arenas: where the heap backed the holder on its
         # sampled steps (a dict's tables), RSS may be what its later growth shows in
         others = [c for c in HOST_COLUMNS if c != column and c in run.steps] if host == column else []
-        for other in others:
-            if f.leak and not judged.leak and confirmed(f, other).leak:
-                judged = f
+        if f.leak and not judged.leak and any(confirmed(f, c).leak for c in others):
+            judged = f
         out.append(judged)
     return out
 

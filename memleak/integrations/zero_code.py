@@ -19,8 +19,9 @@ script's iterations and its model by itself:
 - **the model**: until tracking starts, global module forward hooks note the
   modules called at the top level (not from inside another module). At the
   first optimizer step, the one that holds most of its parameters is the model
-  the tracker attaches its module probes to (or the module that owns it, where one
-  trains nothing else: a LightningModule whose ``training_step`` calls a submodule); when a module with parameters is
+  the tracker attaches its module probes to (or the module that owns it, where
+  that trains nothing else: a LightningModule whose ``training_step`` calls a
+  submodule); when a module with parameters is
   called at the top level a second time before any optimizer step, that module
   is the model, and tracking starts there. Those global hooks are removed when
   tracking starts, so the rest of the run pays nothing for them.
