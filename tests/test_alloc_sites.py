@@ -151,3 +151,17 @@ def test_a_short_run_that_ends_inside_its_window_still_names_the_line():
     assert not tracemalloc.is_tracing()
     top = tracker.report().suspects[0]
     assert top.location == f"test_alloc_sites.py:{line}", str(tracker.report())
+
+
+@pytest.mark.parametrize("extra, compared", [(3, False), (4, True)])
+def test_a_window_the_run_ends_in_is_compared_over_two_steps_at_least(extra, compared):
+    # one step's blocks alive at a boundary are as much that step's as what it keeps: a window the
+    # run cuts to one step after its first look is no evidence (FSDP2's forward read 3x the heap's rise)
+    try:
+        tracker, _ = _plots_every_step(alloc_sites.FIRST_STEP + extra, level="auto")
+    finally:
+        plt.close("all")
+    assert not tracemalloc.is_tracing()
+    events = [e for e in tracker.report().run.events if e.get("event") == "alloc_sites"]
+    assert bool(events) == compared, events
+    assert all(e["step"] - e["since"] >= alloc_sites.MIN_COMPARED for e in events)
