@@ -254,7 +254,7 @@ def _growth_evidence(name: str, hkind: str, h: _HolderSeries, bps: float) -> lis
     """How the holder's tensor count (else its bytes) grew, in words."""
     where = _WHERE.get(hkind, "")
     if hkind in ("local", "global") and (attribute_owner(name) or name.endswith("]")):
-        where = "the attribute" if attribute_owner(name) else "the entry"  # a key may hold a dot
+        where = "the entry" if name.endswith("]") else "the attribute"  # a key may hold a dot
     what = f"{where + ' ' if where else ''}{name}"
     steps, count, nbytes = h.steps, h.count, h.nbytes
     noun = _NOUNS.get(_arrays(h.last), "tensor")

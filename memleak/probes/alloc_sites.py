@@ -80,7 +80,7 @@ class AllocSitesProbe(Probe):
         traced step's are empty); a window that ends cuts the tracing short."""
         self.detail = on
         if not on and self.tracing_from is not None:
-            if self.first is not None and step - 1 - self.first_step >= MIN_COMPARED:
+            if self._comparable(step - 1):
                 self._report(step - 1)
             else:  # too short to compare two looks
                 self._stop()
@@ -139,9 +139,13 @@ class AllocSitesProbe(Probe):
     def finish(self, step: int) -> None:
         # a window the run ends in (a short run) is compared at its end, if MIN_COMPARED steps
         # passed since the first look: its lines are all a short run may get
-        if self.tracing_from is not None and self.first is not None and step - self.first_step >= MIN_COMPARED:
+        if self.tracing_from is not None and self._comparable(step):
             self._report(step)
         self._stop()
+
+    def _comparable(self, step: int) -> bool:
+        """Whether a window cut short at `step` spans MIN_COMPARED steps since its first look."""
+        return self.first is not None and step - self.first_step >= MIN_COMPARED
 
     def stop(self) -> None:
         if getattr(self, "tracing_from", None) is not None:
