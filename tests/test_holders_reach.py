@@ -735,3 +735,25 @@ def test_a_no_grad_view_kept_by_a_holder_keeps_its_bases_graph():
     detached = [p.detach() for p in kept_preds]  # a detached view keeps no graph
     del kept_preds, probs
     assert _walk([sys._getframe()]).holders["detached"].n_grad == 0
+
+
+_REGISTRY: list = []
+
+
+class _Evaluator:
+    def __init__(self):
+        self.preds = []
+        _REGISTRY.append(self)  # every evaluator made, kept for the process's life
+
+
+def test_a_local_naming_the_latest_of_many_kept_objects_gives_way_to_their_container():
+    _REGISTRY.clear()
+    for _ in range(3):
+        ev = _Evaluator()  # a new one each "epoch": the local names only the latest
+        for _ in range(2):
+            ev.preds.append(torch.ones(4))
+    w = walk_roots(step=5, model=None, optimizer=None, ages=Ages(), exclude=set(), frames=[sys._getframe()])
+    st = w.holders["_REGISTRY[...].preds"]
+    assert st.count == 6
+    assert "ev.preds" not in w.holders
+    _REGISTRY.clear()

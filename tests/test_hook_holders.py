@@ -170,3 +170,27 @@ def test_optimizer_step_hooks_piling_up_are_named_by_what_they_bind():
             h.remove()
     assert st.kind == "piled_hook" and st.count == 3
     assert "hook <lambda> on opt," in st.note and "one of 3 hooks" in st.note
+
+
+class _Store:
+    __slots__ = ("acts",)
+
+    def __init__(self):
+        self.acts = []
+
+
+def _keep(module, inputs, output, store):
+    store.acts.append(output)
+
+
+def test_what_a_partial_hook_is_given_is_named_by_its_parameter():
+    import functools
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    model[1].register_forward_hook(functools.partial(_keep, store=_Store()))
+    for _ in range(3):
+        model(torch.ones(2, 4)).sum().backward()
+    holders = _walk(model).holders
+    st = holders["store.acts"]
+    assert st.count == 3 and "captured by hook _keep on 1" in st.note
+    assert not any("_forward_hooks" in name for name in holders)

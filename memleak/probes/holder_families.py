@@ -44,12 +44,32 @@ def fold_families(tally: HolderTally) -> None:
 def _merged(family: str, members: list[HolderStats]) -> HolderStats:
     st = HolderStats(family, members[0].kind)
     for m in members:
-        for field in _SUMMED:
-            setattr(st, field, getattr(st, field) + getattr(m, field))
-        st.nodes_capped |= m.nodes_capped
-        st.estimated |= m.estimated
-        st.linked |= m.linked
-        if m.seq is not None:
-            st.seq = m.seq if st.seq is None else (min(st.seq[0], m.seq[0]), max(st.seq[1], m.seq[1]))
+        add_into(st, m)
     st.note = f"{len(members)} holders named {family}, a number each (one made per step or batch), counted as one"
     return st
+
+
+def add_into(st: HolderStats, m: HolderStats) -> None:
+    """Holder `m`'s finished counts added to `st`'s."""
+    for field in _SUMMED:
+        setattr(st, field, getattr(st, field) + getattr(m, field))
+    st.nodes_capped |= m.nodes_capped
+    st.estimated |= m.estimated
+    st.linked |= m.linked
+    if m.seq is not None:
+        st.seq = m.seq if st.seq is None else (min(st.seq[0], m.seq[0]), max(st.seq[1], m.seq[1]))
+
+
+def rename_holders(tally: HolderTally, old: str, new: str) -> None:
+    """Holder `old`'s tensors, graph roots and counts under `new` (added to its own, if it has any)."""
+    st = tally.holders.pop(old)
+    if (into := tally.holders.get(new)) is not None:
+        add_into(into, st)
+    else:
+        st.holder = new
+        tally.holders[new] = st
+    if roots := tally.roots.pop(old, None):
+        tally.roots[new] = tally.roots.get(new, set()) | roots
+    for tid, holder in tally.tensor_holder.items():
+        if holder == old:
+            tally.tensor_holder[tid] = new

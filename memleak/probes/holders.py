@@ -41,6 +41,7 @@ from .graphs import Roots
 from .holder_stats import HolderStats
 from .identity import Ages, Modules, model_modules, module_names
 from .jit_traces import add_traced
+from .local_aliases import user_instance
 from .reach import closure_items
 from .stores import find_store, source_regions
 from .walk import Walk
@@ -221,6 +222,8 @@ def _add_frame_locals(w: Walk, frames: list, later: list) -> tuple[list[dict], d
         for k, v in list(loc.items()):
             if not k.startswith("__"):
                 add_root(w, later, loops, v, k, "local", note)
+                if user_instance(k, v):
+                    w.instance_locals.setdefault(id(v), k)
         if is_locals_snapshot(f, loc):
             snapshots.append(loc)
     return snapshots, module_loops

@@ -18,6 +18,7 @@ Read-only; nothing here keeps a reference after it returns.
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import sys
 import types
@@ -81,6 +82,20 @@ def closure_items(fn: Any) -> Iterator[tuple[str, Any]]:
             yield name, cell.cell_contents
         except ValueError:  # an empty cell
             continue
+
+
+def bound_items(fn: Any) -> tuple[Any, list[tuple[str, Any]]]:
+    """A ``functools.partial``'s function (nested partials unwrapped) and the values bound to it,
+    each named by its parameter (``partial(keep, store=s)``: "store"), as a closure's are by their
+    variables; `fn` itself and nothing bound for any other callable."""
+    bound: list[tuple[str, Any]] = []
+    while isinstance(fn, functools.partial):
+        code = getattr(fn.func, "__code__", None)
+        params = code.co_varnames[: code.co_argcount] if code is not None else ()
+        bound += [(params[i] if i < len(params) else f"{fn_name(fn.func)}.args[{i}]", a) for i, a in enumerate(fn.args)]
+        bound += list(fn.keywords.items())
+        fn = fn.func
+    return fn, bound
 
 
 def default_items(fn: Any) -> Iterator[tuple[str, Any]]:

@@ -19,7 +19,9 @@ from .frames import is_internal, is_locals_snapshot
 from .graphs import Roots
 from .holder_families import fold_families
 from .holder_stats import HolderTally
+from .hook_walk import HookWalk
 from .identity import Ages, tensor_nbytes
+from .local_aliases import fold_aliases
 from .native import image_core
 from .optimizer_params import optimizer_held
 from .queued import queue_items
@@ -55,7 +57,7 @@ from .walk_scope import (
 )
 
 
-class Walk(HolderTally):
+class Walk(HolderTally, HookWalk):
     """One walk from the roots. `holders` by name, `tensor_holder` by tensor id."""
 
     def __init__(
@@ -83,10 +85,16 @@ class Walk(HolderTally):
         self.truncated = False
         self.regions: list[Region] = []  # source searched for a holder's storing line
         self.piled_hooks: dict[str, str] = {}  # holder -> why: captured by copies of one module hook
+        self.instance_locals: dict[int, str] = {}  # id -> the local naming it (local_aliases.py)
+        self.aliases: dict[str, str] = {}  # such a local -> the path of a container's item that is its object
 
     # -- queueing
     def push(self, obj: Any, path: str, holder: str | None, kind: str, weight: float = 1.0, note: str = "") -> None:
-        if isinstance(obj, SCALARS) and atom(obj) or id(obj) in self.visited:
+        if isinstance(obj, SCALARS) and atom(obj):
+            return
+        if id(obj) in self.visited:  # a local's object, also an item among others of a container: named by it
+            if (local := self.instance_locals.get(id(obj))) is not None and path.endswith("[...]"):
+                self.aliases.setdefault(local, path)
             return
         self.queue.append((obj, path, holder, kind, weight, note))
 
@@ -118,6 +126,7 @@ class Walk(HolderTally):
             if (st := self.holders.get(name)) is not None:
                 st.kind, st.note = "piled_hook", why
         self._finish()
+        fold_aliases(self, self.aliases)
         fold_families(self)
 
     # -- one object, by its type
@@ -181,10 +190,9 @@ class Walk(HolderTally):
             self._attrs(obj, path, holder, kind, weight, note)
 
     def _view(self, obj, path, holder, kind, weight, note) -> None:
-        """An array or memoryview: it keeps the object whose memory it shares (``tensor.numpy()``
-        keeps the tensor's storage; a view of that array keeps the array), and an array of Python
-        objects keeps its items. Neither is seen by the garbage collector, so only this walk finds
-        what such an array keeps."""
+        """An array or memoryview: it keeps the object whose memory it shares (``tensor.numpy()`` keeps the
+        tensor's storage; a view of that array keeps the array), and an array of Python objects keeps its
+        items. The garbage collector sees neither, so only this walk finds what such an array keeps."""
         base = obj.obj if type(obj) is memoryview else obj.base
         objects = getattr(getattr(obj, "dtype", None), "hasobject", False)  # an array of Python objects
         if isinstance(base, torch.Tensor):
@@ -380,21 +388,3 @@ class Walk(HolderTally):
                 cp = f"{path}.{k}" if path else k
                 h = None if self.module_names.get(id(child)) else child_holder(holder, path, k)
                 self.push(child, cp, h, kind, weight, note)
-
-    def hook(self, fn, where: str, weight: float, copies: int = 1, hk: str = "") -> None:
-        """A hook on a module: its closure's variables and default arguments, and the object a bound-method
-        hook or hook object belongs to. `copies`: hooks with its code on the module (piled up, never removed)."""
-        note = f"captured by hook {fn_name(fn)} on {where}"
-        if copies > 1:
-            note += f", one of {copies} hooks with this code on it (registered again and again, never removed)"
-        for cname, value in itertools.chain(closure_items(fn), default_items(fn)):
-            if copies > 1 and not isinstance(value, SCALARS):
-                self.piled_hooks[cname] = note
-            self.push(value, cname, cname, "closure", weight, note)
-        if isinstance(fn, types.MethodType):
-            owner = type(fn.__self__).__name__
-            self.push(fn.__self__, owner, owner, "hook", weight, f"hook {fn_name(fn)} on {where}")
-        elif not isinstance(fn, types.FunctionType) and hasattr(fn, "__dict__"):
-            # a hook object (torch.nn.utils.prune's, a parametrization's): named where it is registered
-            held = f"{where}.{hk}" if hk else type(fn).__name__
-            self.push(fn, held + "[...]", held, "hook", weight, f"hook {type(fn).__name__} on {where}")
