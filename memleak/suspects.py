@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import replace
 
 from .detect.thresholds import GRAD_FN_HOST_OVERHEAD, TENSOR_HOST_OVERHEAD
@@ -74,10 +75,11 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
         in_host = isinstance(f.data, dict) and f.data.get("host")
         groups.setdefault(f.location, []).append(_unconfirmed(f, host if in_host else measured_bps))
     stored = {f.location: f.data.get("stored", "") for f in findings if isinstance(f.data, dict)}
-    ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=score, reverse=True), stored)
+    entries: dict[str, list[str]] = {}  # a culprit -> the entries of its container folded into it
+    ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=score, reverse=True), stored, entries)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:
-        return _bounded_growth(ranked, findings)
+        return _bounded_growth(ranked, findings, entries)
     if not any(s.leak and s.kind in SYMPTOMS for s in ranked):
         return [_as_graph(s, measured_bps, findings) if s is culprits[0] else s for s in ranked]
     graphs = any(c.kind == Kind.RETAINED_GRAPH or c.location in _growing_graphs(findings) for c in culprits)
@@ -85,7 +87,7 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
     folded: list[Suspect] = []
     out: list[Suspect] = []
     for s in ranked:
-        explained_bps = sum(_adds(c, s, findings) for c in culprits)
+        explained_bps = sum(_adds(c, s, findings, entries) for c in culprits)
         if not (s.leak and s.kind in SYMPTOMS):
             out.append(s)
         elif graphs or explained_bps >= EXPLAINED_SHARE * s.bytes_per_step:
@@ -105,7 +107,7 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
             )
     if folded:
         top = culprits[0]
-        explained = _explained(top, folded, graphs, findings)
+        explained = _explained(top, folded, graphs, findings, entries)
         out = [explained if s is top else s for s in out]
     return out
 
@@ -114,11 +116,11 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
 _ENTRY = re.compile(r"^(.+)(\[[^\[\]]+\])$")
 
 
-def _fold_entries(ranked: list[Suspect], stored: dict[str, str]) -> list[Suspect]:
+def _fold_entries(ranked: list[Suspect], stored: dict[str, str], entries: dict[str, list[str]]) -> list[Suspect]:
     """Leaking culprits of one kind that are entries of one container, stored by one line (`stored`:
     the line the culprit detector found for each location; each value of a dict recomputed from
     itself without detach, an EMA's shadow weights), are one cause: folded into the first of them,
-    the others its evidence and their bytes its own."""
+    the others its evidence and their bytes its own (their locations into `entries`, by the first's)."""
     firsts: dict[tuple, Suspect] = {}
     others: dict[int, tuple[str, list[Suspect]]] = {}  # id of the first -> (container, the others)
     out = []
@@ -131,6 +133,7 @@ def _fold_entries(ranked: list[Suspect], stored: dict[str, str]) -> list[Suspect
             out.append(s)
         else:
             others.setdefault(id(firsts[key]), (key[0], []))[1].append(s)
+            entries.setdefault(firsts[key].location, []).append(s.location)
     return [_with_entries(s, *others[id(s)]) if id(s) in others else s for s in out]
 
 
@@ -146,7 +149,7 @@ def _with_entries(first: Suspect, container: str, others: list[Suspect]) -> Susp
     )
 
 
-def _bounded_growth(ranked: list[Suspect], findings: list[Finding]) -> list[Suspect]:
+def _bounded_growth(ranked: list[Suspect], findings: list[Finding], entries: Mapping[str, list[str]]) -> list[Suspect]:
     """Growth explained by bounded containers still filling up (a replay memory short of its
     capacity: `detect/culprits._spare_bounded`) is no leak: it stops at their bound."""
     filling = {f.location for f in findings if isinstance(f.data, dict) and f.data.get("filling")}
@@ -155,7 +158,7 @@ def _bounded_growth(ranked: list[Suspect], findings: list[Finding]) -> list[Susp
         return ranked
     out = []
     for s in ranked:
-        bps = sum(_adds(c, s, findings) for c in fill)
+        bps = sum(_adds(c, s, findings, entries) for c in fill)
         if s.leak and s.kind in SYMPTOMS and bps and bps >= EXPLAINED_SHARE * s.bytes_per_step:
             names = ", ".join(c.location for c in fill[:3])
             why = f"{names}, filling up to its bound, adds {fmt_bytes(bps)} of it per step: it stops there"
@@ -166,7 +169,9 @@ def _bounded_growth(ranked: list[Suspect], findings: list[Finding]) -> list[Susp
     return out
 
 
-def _explained(top: Suspect, folded: list[Suspect], graphs: bool, findings: list[Finding]) -> Suspect:
+def _explained(
+    top: Suspect, folded: list[Suspect], graphs: bool, findings: list[Finding], entries: Mapping[str, list[str]]
+) -> Suspect:
     """The top culprit with the growth it explains (`folded`) as its evidence, and as its size."""
     lines = tuple(
         f"the symptom it explains: {s.kind.value} of {s.location}" + (f" ({s.evidence[0]})" if s.evidence else "")
@@ -177,8 +182,14 @@ def _explained(top: Suspect, folded: list[Suspect], graphs: bool, findings: list
     bps, total = top.bytes_per_step, top.total_bytes
     on_host = next((s for s in folded if s.location in HOST_COLUMNS), None)
     if on_host is not None:  # on the host, what each tensor it gains costs beyond its data is its growth too
-        bps = max(bps, _adds(top, on_host, findings))
+        bps = max(bps, _adds(top, on_host, findings, entries))
         total = max(total, on_host.total_bytes * min(1.0, bps / max(on_host.bytes_per_step, 1.0)))
+        if not graphs and bps >= SMALL_TENSORS * max(top.bytes_per_step, 1.0):
+            lines += (
+                f"its tensors are small ({fmt_bytes(top.bytes_per_step)} of data a step): each costs about "
+                f"{fmt_bytes(TENSOR_HOST_OVERHEAD)} more of {on_host.location} (its Python object, TensorImpl and "
+                f"storage), so together they grow it by {fmt_bytes(bps)} a step",
+            )
     if graphs:
         bps = max([bps, *(s.bytes_per_step for s in folded)])
         total = max([total, *(s.total_bytes for s in folded)])
@@ -186,18 +197,25 @@ def _explained(top: Suspect, folded: list[Suspect], graphs: bool, findings: list
     return replace(_as_graph(explained, bps, findings), bytes_per_step=bps, total_bytes=total)
 
 
-def _adds(culprit: Suspect, symptom: Suspect, findings: list[Finding]) -> float:
+#: A culprit's tensors are said to be small where what they cost the host heap is this many times their data.
+SMALL_TENSORS = 2.0
+
+
+def _adds(culprit: Suspect, symptom: Suspect, findings: list[Finding], entries: Mapping[str, list[str]]) -> float:
     """What `culprit` adds per step to the series `symptom` grows on: its tensors' bytes, and on a
-    host series (the C heap, RSS) what each tensor it gains costs there beyond its data."""
+    host series (the C heap, RSS) what each tensor it gains costs there beyond its data, its own and
+    that of the `entries` folded into it (`_fold_entries`)."""
     bps = max(0.0, culprit.bytes_per_step)
     if symptom.location not in HOST_COLUMNS:
         return bps
+    locations = {culprit.location, *entries.get(culprit.location, ())}
     for f in findings:
         count, steps = (f.data.get("count"), f.data.get("steps")) if isinstance(f.data, dict) else (None, None)
-        if f.location == culprit.location and count and steps and len(count) >= 2 and steps[-1] > steps[0]:
+        if f.location in locations and count and steps and len(count) >= 2 and steps[-1] > steps[0]:
+            locations.discard(f.location)
             span, grad = steps[-1] - steps[0], f.data.get("grad") or (0, 0)
-            objects = TENSOR_HOST_OVERHEAD * max(0.0, (count[-1] - count[0]) / span)
-            return bps + objects + GRAD_FN_HOST_OVERHEAD * max(0.0, (grad[-1] - grad[0]) / span)
+            bps += TENSOR_HOST_OVERHEAD * max(0.0, (count[-1] - count[0]) / span)
+            bps += GRAD_FN_HOST_OVERHEAD * max(0.0, (grad[-1] - grad[0]) / span)
     return bps
 
 

@@ -9,6 +9,7 @@ import pytest
 import memleak
 from memleak.run import Run
 from memleak.schema import Finding, Kind, Suspect
+from memleak.detect.thresholds import TENSOR_HOST_OVERHEAD
 from memleak.suspects import rank
 
 MIB = 1 << 20
@@ -101,6 +102,25 @@ def test_entries_of_one_container_stored_by_one_line_are_one_suspect():
     # stored by another line: another cause, its own suspect
     findings[1] = entry("0.bias", MIB, line="train.py:40")
     assert [s.location for s in rank(findings)] == ["ema.shadow['0.weight']", "ema.shadow['0.bias']", "other['x']"]
+
+
+def test_small_tensors_of_folded_entries_explain_the_heap_they_grow():
+    """A dict of per-parameter lists of 0-d grad norms: 4 B of data an entry a step, each tensor
+    ~390 B of C heap. The entries folded into one cause explain the heap's growth together (each
+    entry alone explains a quarter: "look for a second cause" was the report), and the evidence
+    says why bytes of data and heap differ."""
+
+    def entry(key):
+        f = _finding(Kind.SURVIVING_TENSORS, f"norms['{key}']", 0.9, nbytes=4, detector="culprits")
+        return replace(f, data={"stored": "t.py:9", "count": [2, 102], "steps": [1, 101]})
+
+    keys = ("0.weight", "0.bias", "2.weight", "2.bias")
+    growth = _finding(Kind.LINEAR_GROWTH, "heap_bytes", 0.9, nbytes=4 * (4 + TENSOR_HOST_OVERHEAD), detector="growth")
+    suspects = rank([growth, *(entry(k) for k in keys)])
+    assert [s.location for s in suspects] == ["norms['0.weight']"]
+    top = suspects[0]
+    assert top.bytes_per_step == pytest.approx(4 * (4 + TENSOR_HOST_OVERHEAD))
+    assert any(e.startswith("its tensors are small (16 B of data a step)") for e in top.evidence), top.evidence
 
 
 def test_growth_the_culprits_do_not_explain_stays_a_suspect():
