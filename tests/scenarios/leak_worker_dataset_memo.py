@@ -35,7 +35,7 @@ def run(tracker_factory, steps=40):
     seed(91)
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 64 * 64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    train_loader = DataLoader(DecodedImages(10**6), batch_size=32, num_workers=2, persistent_workers=True,
+    train_loader = DataLoader(DecodedImages(4 * 10**6), batch_size=32, num_workers=2, persistent_workers=True,
                               multiprocessing_context="fork")
     batches = iter(train_loader)
     with tracker_factory(model, optimizer=opt) as tracker:
