@@ -258,13 +258,19 @@ def _as_graph(top: Suspect, grown_bps: float, findings: list[Finding]) -> Suspec
 
 def _growing_graphs(findings: list[Finding]) -> set[str]:
     """Locations whose held tensors keep growing autograd graphs: their nodes and saved tensors
-    grow the heap beyond the tensor bytes counted for them."""
+    grow the heap beyond the tensor bytes counted for them. Counted nodes that rise say so, and so
+    do more tensors that carry a grad_fn (each brings its graph: a long container's graphs are
+    counted at its ends only, so its node count may stay flat while they pile up)."""
     out = set()
     for f in findings:
-        nodes = f.data.get("nodes") if isinstance(f.data, dict) else None
-        if f.leak and isinstance(nodes, (list, tuple)) and len(nodes) >= 2 and nodes[-1] > nodes[0]:
+        data = f.data if isinstance(f.data, dict) else {}
+        if f.leak and any(_rises(data.get(key)) for key in ("nodes", "grad")):
             out.add(f.location)
     return out
+
+
+def _rises(values) -> bool:
+    return isinstance(values, (list, tuple)) and len(values) >= 2 and values[-1] > values[0]
 
 
 def _share(part: float, whole: float) -> str:

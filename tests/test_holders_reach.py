@@ -458,6 +458,19 @@ def test_a_long_list_of_aliases_holds_one_storage_and_distinct_tensors_extrapola
     del aliases, distinct
 
 
+def test_a_long_dict_of_each_batchs_rows_extrapolates_their_storages():
+    """Per-sample losses kept by sample index: each batch's 16 rows share one storage, and the dict's
+    sampled ends share none, so each sampled storage stands for those between (counted once: 2
+    storages for 300 batches, before)."""
+    per_sample = {}
+    for b in range(300):
+        rows = torch.zeros(16, 64)  # 4 KiB a batch
+        per_sample.update({16 * b + i: r for i, r in enumerate(rows)})
+    count, nbytes = _held("per_sample", [sys._getframe()])
+    assert round(count) == 4800 and 0.5 * 300 * 4096 <= nbytes <= 2 * 300 * 4096
+    del per_sample
+
+
 @pytest.mark.parametrize("make", [lambda: [0] * 900, lambda: np.empty(1000, dtype=object)],
                          ids=["list", "object_array"])
 def test_slots_allocated_up_front_count_the_filled_ones(make):

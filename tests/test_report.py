@@ -123,6 +123,18 @@ def test_small_tensors_of_folded_entries_explain_the_heap_they_grow():
     assert any(e.startswith("its tensors are small (16 B of data a step)") for e in top.evidence), top.evidence
 
 
+def test_tensors_with_a_grad_fn_piling_up_are_a_retained_graph_though_counted_nodes_stay_flat():
+    """A long dict of per-sample losses: its graphs are counted at its ends only (20 nodes at every
+    walk), but ever more of its tensors carry a grad_fn: the graphs grow, the heap with them."""
+    f = _finding(Kind.SURVIVING_TENSORS, "miner.losses", 0.9, nbytes=64, detector="culprits")
+    series = {"count": [32, 1024, 2048], "grad": [32, 1024, 2048], "nodes": [20, 20, 20], "steps": [1, 63, 127]}
+    growth = _finding(Kind.LINEAR_GROWTH, "heap_bytes", 0.9, nbytes=16 * 1024, detector="growth")
+    top = rank([growth, replace(f, data=series)])[0]
+    assert top.location == "miner.losses" and top.kind == Kind.RETAINED_GRAPH
+    no_grad = rank([growth, replace(f, data={**series, "grad": [0, 0, 0]})])
+    assert no_grad[0].kind == Kind.SURVIVING_TENSORS
+
+
 def test_growth_the_culprits_do_not_explain_stays_a_suspect():
     findings = [_finding(Kind.LINEAR_GROWTH, "allocated_bytes", 0.99, nbytes=10 * MIB, detector="growth"),
                 _finding(Kind.SURVIVING_TENSORS, "history", 0.9, nbytes=MIB, detector="survivors")]

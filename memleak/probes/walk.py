@@ -330,8 +330,7 @@ class Walk(HolderTally, HookWalk):
         else:
             keys = list(obj.keys())
             items = [(k, obj[k]) for k in keys[:SEQ_SAMPLE] + keys[-SEQ_SAMPLE:]]
-            self._estimated(holder or path)
-            self._name_unsampled(obj.values(), holder or path)
+            self._long_sampled(obj.values(), [v for _, v in items], holder or path)
         w = weight * n / len(items)
         for k, v in items:
             if named and isinstance(k, str):
