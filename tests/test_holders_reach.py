@@ -489,6 +489,18 @@ def test_slots_allocated_up_front_count_the_filled_ones(make):
     del slots
 
 
+def test_buckets_made_up_front_count_the_filled_ones():
+    """``outputs = [[] for _ in range(100)]``, one bucket per epoch, the first filling: its sampled
+    ends are the full bucket and empty ones, and the full one stood for every bucket between them
+    (533 tensors for 128, 4x the bytes, before)."""
+    buckets = [[] for _ in range(100)]
+    for _ in range(128):
+        buckets[0].append(torch.zeros(256))  # 1 KiB each
+    count, nbytes = _held("buckets", [sys._getframe()])
+    assert round(count) == 128 and round(nbytes) == 128 * 1024, (count, nbytes)
+    del buckets
+
+
 def test_a_list_of_slots_filled_in_the_middle_counts_them():
     middle = [None] * 500
     middle[250:253] = [torch.zeros(256) for _ in range(3)]  # filled where no end is sampled

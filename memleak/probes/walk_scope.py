@@ -292,14 +292,23 @@ def atom(v: Any) -> bool:
 
 def filled_slots(seq) -> list | None:
     """The items of a long list, tuple or deque that are not placeholders (None, a number, a
-    string), when an end of it is one: slots allocated up front and filled in place, whose filled
-    part the ends do not show. None for an ordinary sequence (or one too long to scan)."""
+    string, an empty list or dict), when an end of it is one: slots allocated up front and filled
+    in place (``[0] * n``, ``[[] for _ in range(n)]``), whose filled part the ends do not show.
+    None for an ordinary sequence (or one too long to scan)."""
     if isinstance(seq, (set, frozenset)) or len(seq) > NAME_ALL_UP_TO:
         return None
-    if not (isinstance(seq[0], SCALARS) or isinstance(seq[-1], SCALARS)):
+    if not (_placeholder(seq[0]) or _placeholder(seq[-1])):
         return None
-    filled = [x for x in seq if not isinstance(x, SCALARS)]
+    filled = [x for x in seq if not _placeholder(x)]
     return filled if len(filled) < len(seq) else None
+
+
+def _placeholder(x: Any) -> bool:
+    return isinstance(x, SCALARS) or (type(x) in _EMPTY_SLOTS and not x)
+
+
+#: Containers that, empty, are a slot not filled yet (a bucket per epoch or class made up front).
+_EMPTY_SLOTS = (list, dict, set, collections.deque)
 
 
 @functools.cache
