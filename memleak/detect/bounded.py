@@ -49,11 +49,14 @@ def filling_bounded(holders: Sequence[HoldersRecord], memory: float | None = Non
         if item_bytes > 1.25 * (first.bytes + item_bytes) / first.length + 1024:
             continue
         state = "full" if last.length >= last.capacity else "still filling up"
+        data = last.bytes / last.length * last.capacity
+        # small tensors cost the host far more than their data (thresholds.TENSOR_HOST_OVERHEAD)
+        objects = f" ({fmt_bytes(full)} of host memory with each tensor's own objects)" if full > 1.5 * data else ""
         out[name] = (
             f"{name} is a bounded container (it keeps at most {last.capacity} items: a deque's maxlen, the "
             f"capacity beside it, or the bound in your code) "
             f"{state}: {last.length} items at step {at}, about "
             f"{fmt_bytes(last.bytes / last.length)} each, so at most about "
-            f"{fmt_bytes(last.bytes / last.length * last.capacity)} once full; its tensors carry no autograd graph"
+            f"{fmt_bytes(data)}{objects} once full; its tensors carry no autograd graph"
         )
     return out
