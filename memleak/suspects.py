@@ -81,7 +81,8 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
     if not culprits:
         return _bounded_growth(ranked, findings, entries)
     if not any(s.leak and s.kind in SYMPTOMS for s in ranked):
-        return [_as_graph(s, measured_bps, findings) if s is culprits[0] else s for s in ranked]
+        ranked = [_as_graph(s, measured_bps, findings) if s is culprits[0] else s for s in ranked]
+        return _graphs_below(ranked, culprits[0].location, measured_bps, findings)
     graphs = any(c.kind == Kind.RETAINED_GRAPH or c.location in _growing_graphs(findings) for c in culprits)
     names = ", ".join(s.location for s in culprits[:3])
     folded: list[Suspect] = []
@@ -106,9 +107,31 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
                 )
             )
     if folded:
-        top = culprits[0]
-        explained = _explained(top, folded, graphs, findings, entries)
+        top = culprits[0]  # its size takes the symptom's where its own graphs grow (not another culprit's)
+        own_graphs = top.kind == Kind.RETAINED_GRAPH or top.location in _growing_graphs(findings)
+        explained = _explained(top, folded, own_graphs, findings, entries)
         out = [explained if s is top else s for s in out]
+    return _graphs_below(out, culprits[0].location, measured_bps, findings)
+
+
+def _graphs_below(ranked: list[Suspect], top: str, measured_bps: float, findings: list[Finding]) -> list[Suspect]:
+    """Leaking culprits below the `top` one whose tensors keep growing graphs are retained graphs
+    too (a list of 0-d losses beside a bigger leak): their size is what the memory's growth leaves
+    after the other culprits', not their tensors' few bytes (the top one's is `_as_graph`'s)."""
+    growing = _growing_graphs(findings)
+    culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
+    out = []
+    for s in ranked:
+        if s.location == top or s.kind not in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR) or s.location not in growing:
+            out.append(s)
+            continue
+        rest = measured_bps - sum(c.bytes_per_step for c in culprits if c is not s)
+        bps = max(s.bytes_per_step, rest)
+        line = "its tensors keep their autograd graphs, which grow: the graphs are most of what it keeps"
+        total = s.total_bytes * bps / s.bytes_per_step if s.bytes_per_step > 0 else s.total_bytes
+        out.append(
+            replace(s, kind=Kind.RETAINED_GRAPH, evidence=(*s.evidence, line), bytes_per_step=bps, total_bytes=total)
+        )
     return out
 
 

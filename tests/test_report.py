@@ -135,6 +135,22 @@ def test_tensors_with_a_grad_fn_piling_up_are_a_retained_graph_though_counted_no
     assert no_grad[0].kind == Kind.SURVIVING_TENSORS
 
 
+def test_a_second_culprit_keeping_graphs_is_a_retained_graph_of_what_the_first_leaves():
+    """Features kept detached (16 KiB a step) beside a list of losses with their graphs (4 B of
+    tensors, ~5.5 KiB of graph a step): the heap's growth is both; the features are the top culprit
+    at their own size, the losses a retained graph of the rest (a surviving 4 B a step, before)."""
+    feats = replace(_finding(Kind.SURVIVING_TENSORS, "feats", 0.95, nbytes=16 * 1024, detector="culprits"),
+                    data={"count": [2, 128], "steps": [1, 127], "grad": [0, 0], "nodes": [0, 0]})
+    losses = replace(_finding(Kind.SURVIVING_TENSORS, "losses", 0.95, nbytes=4, detector="culprits"),
+                     data={"count": [2, 128], "steps": [1, 127], "grad": [2, 128], "nodes": [18, 172]})
+    growth = _finding(Kind.LINEAR_GROWTH, "heap_bytes", 0.9, nbytes=22 * 1024, detector="growth")
+    suspects = rank([growth, feats, losses], measured_bps=22 * 1024)
+    assert [(s.location, s.kind) for s in suspects] == [("feats", Kind.SURVIVING_TENSORS),
+                                                        ("losses", Kind.RETAINED_GRAPH)]
+    assert suspects[0].bytes_per_step == pytest.approx(16 * 1024 + TENSOR_HOST_OVERHEAD)
+    assert suspects[1].bytes_per_step == pytest.approx(22 * 1024 - suspects[0].bytes_per_step)
+
+
 def test_growth_the_culprits_do_not_explain_stays_a_suspect():
     findings = [_finding(Kind.LINEAR_GROWTH, "allocated_bytes", 0.99, nbytes=10 * MIB, detector="growth"),
                 _finding(Kind.SURVIVING_TENSORS, "history", 0.9, nbytes=MIB, detector="survivors")]
