@@ -136,3 +136,21 @@ def test_a_run_tracked_with_the_optimizer_alone_and_fixed_groups_names_no_param_
     report = tracker.report()
     assert not any("param_groups" in s.location for s in report.suspects)
     assert not any("param_groups" in r.holder for rec in tracker.run().holders for r in rec.holders)
+
+
+def test_a_list_the_code_keeps_in_a_param_group_is_a_holder_but_its_settings_are_not():
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt.param_groups[0]["loss_trace"] = []
+    opt.param_groups[0]["initial_lr"] = 0.1  # what an LR scheduler adds: a number, no holder
+    for _ in range(3):
+        loss = model(torch.ones(3, 8)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        opt.param_groups[0]["loss_trace"].append(loss)
+    exclude, _ = excluded_ids(model, opt)
+    w = walk_roots(step=3, model=model, optimizer=opt, ages=Ages(), exclude=exclude, frames=[sys._getframe()])
+    st = w.holders["opt.param_groups[0]['loss_trace']"]
+    assert st.count == 2 and st.nodes > 0  # the newest loss is the local `loss`'s
+    assert not any("initial_lr" in name or "momentum" in name for name in w.holders)

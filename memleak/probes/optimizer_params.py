@@ -75,6 +75,8 @@ def optimizer_held(opt: Any, exclude: set[int]) -> Iterator[tuple[str, Any, str,
     why = f"an attribute {name} keeps besides its state (the model's parameters and their state are not counted)"
     for k, v in reach.optimizer_items(opt):
         yield k, v, "optimizer_attr", why
+    for k, v in group_extras(opt):
+        yield k, v, "optimizer_attr", f"a key the code added to a param group of {name} (not one of its settings)"
     stale = stale_params(opt, exclude)
     if stale:
         yield (
@@ -93,6 +95,17 @@ def optimizer_held(opt: Any, exclude: set[int]) -> Iterator[tuple[str, Any, str,
             f"state a second {name} keeps for the model's parameters (moments, buffers): an optimizer "
             "other than the tracked one, kept alive",
         )
+
+
+def group_extras(opt: Any) -> Iterator[tuple[str, Any]]:
+    """(name, value) of each container or tensor the code put in a param group under a key that is
+    none of the optimizer's settings (``opt.param_groups[0]["trace"] = []``): the optimizer keeps
+    it as long as itself."""
+    settings = {"params", *(getattr(opt, "defaults", None) or {})}
+    for i, group in enumerate(getattr(opt, "param_groups", None) or ()):
+        for k, v in group.items() if isinstance(group, dict) else ():
+            if k not in settings and isinstance(v, (torch.Tensor, list, dict, set, tuple)):
+                yield f"param_groups[{i}][{k!r}]", v
 
 
 def foreign_state(opt: Any, exclude: set[int]) -> list[torch.Tensor]:
