@@ -79,6 +79,24 @@ def test_the_counter_is_read_on_every_fourth_detail_step_and_calls_and_outputs_o
     assert table.loc["wide", "forward"] >= 64 * 4096 * 4 * 0.5
 
 
+def test_reads_too_dear_for_a_step_are_not_made_and_the_run_says_so(monkeypatch):
+    """A heap fragmented by a leak made each read around a module call cost ~33 ms: 12,800 of them
+    a measured step of an 800-block model. Such a step counts calls and outputs, reads nothing."""
+    import time
+
+    from memleak.probes import budget, modules
+
+    ok, cost = budget.reads_affordable(lambda: time.sleep(1e-3), 400, plain=0.06)
+    assert not ok and cost >= 0.4
+    assert budget.reads_affordable(lambda: None, 400, plain=0.06)[0]
+    monkeypatch.setattr(modules, "reads_affordable", lambda read, reads, plain: (False, 412.4))
+    run = _train(Wide(), steps=20)
+    assert not any(r["counter"] for r in run.records["modules"])
+    assert all({row[0]: row for row in r["modules"]}["wide"][1] == 1 for r in run.records["modules"])
+    limited = [e for e in run.events if e.get("event") == "probe_limited"]
+    assert len(limited) == 1 and "would cost 412.4 s a step" in limited[0]["reason"]
+
+
 class Caching(nn.Module):
     def __init__(self):
         super().__init__()

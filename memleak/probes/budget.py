@@ -69,3 +69,22 @@ def young_gap(step: int, cost: float, doubling: bool = False) -> int | None:
     if step + YOUNG_GAP < YOUNG_DENSE and cost <= YOUNG_MAX_COST:
         return step + 1 if doubling else YOUNG_GAP
     return None
+
+
+#: Reads of a memory counter around each module call (the modules probe's measured step) may cost
+#: this many plain steps at most, or READS_MAX_SECONDS before a plain step was timed, and always
+#: READS_FREE_SECONDS: on CPU each read walks the C heap's free chunks, which a heap holding many
+#: graphs has by the hundred thousand (800 blocks, 12,800 reads a step at about 33 ms each: a
+#: measured step took 10 minutes).
+READS_SHARE = 4.0
+READS_MAX_SECONDS = 0.5
+READS_FREE_SECONDS = 0.05
+
+
+def reads_affordable(read: Callable[[], object], reads: int, plain: float | None) -> tuple[bool, float]:
+    """(whether `reads` calls of `read` fit the budget above, what they would cost), from the time
+    of one call now."""
+    t = time.perf_counter()
+    read()
+    cost = (time.perf_counter() - t) * reads
+    return cost <= max(READS_FREE_SECONDS, READS_SHARE * plain if plain else READS_MAX_SECONDS), cost

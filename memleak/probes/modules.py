@@ -44,9 +44,10 @@ from ..records import Event, ModuleOutputs, ModuleRow, ModulesRecord
 from ..schema import Level, RecordType
 from . import Probe, ProbeContext, Unavailable, identity
 from .allocator import nested_value
-from .budget import young_gap
+from .budget import reads_affordable, young_gap
+from .categories import memory_categories
 from .holders import holders_record, walk_roots
-from .identity import Ages, excluded_ids, is_compiled, local_tensor, params_and_buffers, tensor_nbytes, user_path
+from .identity import Ages, excluded_ids, is_compiled, tensor_nbytes, user_path
 from .registry import Registry
 
 MAX_OUTPUTS = 4  # tensors kept (weakly) per module call on detail steps
@@ -123,6 +124,7 @@ class ModuleProbe(Probe):
         self.bw_start = [self._bw_start_hook(i) for i in range(n)]
         self.bw_end = [self._bw_end_hook(i) for i in range(n)]
         self.calls = [0] * n
+        self.last_calls, self.unaffordable = 0, False  # module calls of the last detail step; reads too dear
         self.fwd = [0] * n
         self.bwd = [0] * n
         self.stack: list[int] = []
@@ -233,7 +235,7 @@ class ModuleProbe(Probe):
         # level auto measures in its windows only: its young steps look for what survives, and
         # the reads (four a module call, each a walk of the C heap on CPU) cost a step's time
         measurable = self.counter is not None and (self.window or self.ctx.level != Level.AUTO)
-        self.measure = measurable and self.details % MEASURE_EVERY == 0
+        self.measure = measurable and self.details % MEASURE_EVERY == 0 and self._affordable()
         self.details += measurable
         if self.hooked and not self.handles:
             # Global hooks, filtered by module identity: nothing is attached to the user's modules,
@@ -241,6 +243,17 @@ class ModuleProbe(Probe):
             if self.measure:  # the pre-hook only reads the counter and hooks the backward
                 self.handles.append(module_hooks.register_module_forward_pre_hook(self._pre))
             self.handles.append(module_hooks.register_module_forward_hook(self._post))
+
+    def _affordable(self) -> bool:
+        """Whether reading the counter around every module call (4 a call, as many as the last
+        detail step made) costs what a measured step may (`budget.reads_affordable`); once it does
+        not, the run says so, once."""
+        ok, cost = reads_affordable(self.count, 4 * (self.last_calls or len(self.paths)), self.plain)
+        if not ok and not self.unaffordable:
+            self.unaffordable = True
+            why = f"reading the {self.counter_name} counter around each module call would cost {cost:.1f} s a step"
+            self.ctx.emit(RecordType.EVENT, Event("probe_limited", {"probe": self.name, "reason": why}).to_dict())
+        return ok
 
     def set_detail(self, step: int, on: bool) -> None:
         self.window = on
@@ -287,7 +300,7 @@ class ModuleProbe(Probe):
             for i, path in enumerate(self.paths)
             if self.calls[i] or left.get(i)
         ]
-        cats = self._categories(model, opt)
+        cats = memory_categories(model, opt, self.counter)
         if self.hooked and measured:  # a compiled forward is not seen: no activation figure rather than a false 0
             cats["activation"] = max(0, int(self.fwd[0] / n)) if self.paths else 0
         kept = [ModuleOutputs(self.paths[i], b, c, nb) for (i, b), (c, nb) in sorted(alive.items())]
@@ -301,6 +314,7 @@ class ModuleProbe(Probe):
             registered=self.registry.rows(model, opt) if model is not None else (),
         )
         self.ctx.emit(RecordType.MODULES, rec.to_dict())
+        self.last_calls = sum(self.calls)
         self.calls = [0] * len(self.paths)
         self.fwd = [0] * len(self.paths)
         self.bwd = [0] * len(self.paths)
@@ -351,37 +365,6 @@ class ModuleProbe(Probe):
         self.ages.prune()
         rec = holders_record(walk, step, time.perf_counter() - t0, scope="model")
         self.ctx.emit(RecordType.HOLDERS, rec.to_dict())
-
-    def _categories(self, model, opt) -> dict[str, int]:
-        cats = {"parameter": 0, "buffer": 0, "gradient": 0, "optimizer_state": 0}
-        seen: set[int] = set()
-
-        def size(t) -> int:
-            t = local_tensor(t)  # FSDP2: this rank's shard, not the global size
-            try:
-                ptr = t.data_ptr()
-            except (RuntimeError, NotImplementedError, TypeError):
-                return 0
-            if ptr in seen:  # tied weights count once
-                return 0
-            seen.add(ptr)
-            return t.numel() * t.element_size()
-
-        params, buffers = params_and_buffers(model)
-        for p in params:
-            cats["parameter"] += size(p)
-            if p.grad is not None:
-                cats["gradient"] += size(p.grad)
-        for b in buffers:
-            cats["buffer"] += size(b)
-        state = getattr(opt, "state", None)
-        for p in state or ():
-            cats["optimizer_state"] += sum(size(v) for v in identity.state_tensors(state, p))
-        if self.counter is not None:
-            total = int(self.counter())
-            cats["total"] = total
-            cats["other"] = max(0, total - sum(cats[k] for k in ("parameter", "buffer", "gradient", "optimizer_state")))
-        return cats
 
     def stop(self) -> None:
         if hasattr(self, "handles"):

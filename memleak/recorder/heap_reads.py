@@ -3,13 +3,15 @@
 glibc's mallinfo2 walks every free chunk of every arena: about 40 us a read in a quiet
 one-thread process, hundreds with a few threads' arenas or a fragmented heap, more than all
 the other counters of a step together, and it sweeps the caches the user's next step runs in.
-On a CPU run the heap is where the tensors live, the run's memory itself (as the allocator's
-counters are on a GPU): it is read every step. On a GPU run it is the host side, where few
-leaks grow, on steps of a few milliseconds: after the first `DENSE_STEPS` (read every step: a
-short run, the auto level's young steps and their screen need every row) a step's heap is read
-only when the step time earned since the last read pays for one at `HEAP_BUDGET`, and at least
-every `MAX_GAP` steps; the other steps' ``heap_bytes`` is empty (NaN), as a census column is
-between censuses.
+On a GPU run it is the host side, where few leaks grow, on steps of a few milliseconds: after
+the first `DENSE_STEPS` (read every step: a short run, the auto level's young steps and their
+screen need every row) a step's heap is read only when the step time earned since the last read
+pays for one at `HEAP_BUDGET`, and at least every `MAX_GAP` steps; the other steps'
+``heap_bytes`` is empty (NaN), as a census column is between censuses. On a CPU run the heap is
+where the tensors live, the run's memory itself (as the allocator's counters are on a GPU): its
+budget is `CPU_HEAP_BUDGET`, which pays for a read every step unless the heap is so fragmented
+that a read costs a large share of a step (a program that keeps every step's autograd graph of
+800 blocks: 33 ms a read on 60 ms steps, doubling the run's time).
 
 memleak's own bytes (`own`, taken off the host series) are measured on the heap around its
 bookkeeping in a step that may keep some (a detail step, a batch of steps written, the live
@@ -26,6 +28,12 @@ from ..schema import HOST_COLUMNS, TRACING
 
 #: Reads may cost this share of the step time...
 HEAP_BUDGET = 0.002
+#: ...on a CPU run, where the heap is the run's memory, this share, and a read that costs at most
+#: CPU_READ_FREE seconds is made every step whatever the share (a quiet heap reads in 40 us, the
+#: 250 MiB heap of a test suite's process in 0.5 ms, 3 at worst: what a loop of tiny steps, a
+#: test's, pays already, and a series it must keep whole)...
+CPU_HEAP_BUDGET = 0.1
+CPU_READ_FREE = 2e-3
 #: ...once the first DENSE_STEPS steps, each of them read, are over...
 DENSE_STEPS = 32
 #: ...and the heap is read at least every MAX_GAP steps, whatever a read costs.
@@ -37,11 +45,12 @@ class HeapReads:
     user's step left it, or None when this step is not read), `settle` after memleak's
     bookkeeping."""
 
-    def __init__(self, counter: Callable[[], int], every_step: bool) -> None:
+    def __init__(self, counter: Callable[[], int], run_memory: bool) -> None:
         self.counter = counter
-        self.every_step = every_step  # the run's own memory (a CPU run): no budget
+        self.share = CPU_HEAP_BUDGET if run_memory else HEAP_BUDGET  # run_memory: a CPU run's
+        self.free = CPU_READ_FREE if run_memory else 0.0  # a read this cheap is always made
         self.own = 0  # memleak's own bytes on the heap so far
-        self.cost = 0.0  # seconds a read takes (the last reads, smoothed)
+        self.cost = self.last = 0.0  # seconds a read takes (the last reads, smoothed; the last one)
         self.credit = 0.0  # step time's share earned and not yet spent on reads
         self.since = 0  # steps since the last read
         self.base: int | None = None  # this step's read
@@ -57,17 +66,19 @@ class HeapReads:
         value = self.counter()
         took = time.perf_counter() - t0
         self.cost = took if not self.cost else 0.8 * self.cost + 0.2 * took
+        self.last = took
         self.credit = min(self.credit, self.cost) - took  # paid for; no credit saved up
         return value
 
     def begin(self, step: int, step_seconds: float, forced: Callable[[], bool]) -> int | None:
         """The heap at the end of `step` (which took `step_seconds`), or None when it is not read:
         `forced()`, memleak's bookkeeping in this step may keep bytes on the heap (asked only where
-        the step is not read anyway: every step of a CPU run is)."""
-        self.credit += step_seconds * HEAP_BUDGET
+        the step is not read anyway)."""
+        self.credit += step_seconds * self.share
         self.since += 1
-        due = self.since >= MAX_GAP or self.credit >= self.cost
-        if self.every_step or step < DENSE_STEPS or due or forced():
+        # cheap: the smoothed cost or the last read (one read slowed by a loaded machine is no trend)
+        due = self.since >= MAX_GAP or self.credit >= self.cost or min(self.cost, self.last) <= self.free
+        if step < DENSE_STEPS or due or forced():
             self.since = 0
             self.base = self.read()
             self._after_window(step, self.base - self.own)  # may take the window's rise off first

@@ -1,0 +1,43 @@
+"""The memory a model and its optimizer own, by category (parameters, buffers, gradients,
+optimizer state), beside the run's memory counter: the modules probe's ``categories``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import identity
+from .identity import local_tensor, params_and_buffers
+
+
+def memory_categories(model, opt, counter: Callable[[], int] | None) -> dict[str, int]:
+    """Bytes by category as torch's ``mem_tracker`` names them: parameter, buffer, gradient,
+    optimizer_state; with `counter` (the run's memory counter) its total, and the rest as other."""
+    cats = {"parameter": 0, "buffer": 0, "gradient": 0, "optimizer_state": 0}
+    seen: set[int] = set()
+
+    def size(t) -> int:
+        t = local_tensor(t)  # FSDP2: this rank's shard, not the global size
+        try:
+            ptr = t.data_ptr()
+        except (RuntimeError, NotImplementedError, TypeError):
+            return 0
+        if ptr in seen:  # tied weights count once
+            return 0
+        seen.add(ptr)
+        return t.numel() * t.element_size()
+
+    params, buffers = params_and_buffers(model)
+    for p in params:
+        cats["parameter"] += size(p)
+        if p.grad is not None:
+            cats["gradient"] += size(p.grad)
+    for b in buffers:
+        cats["buffer"] += size(b)
+    state = getattr(opt, "state", None)
+    for p in state or ():
+        cats["optimizer_state"] += sum(size(v) for v in identity.state_tensors(state, p))
+    if counter is not None:
+        total = int(counter())
+        cats["total"] = total
+        cats["other"] = max(0, total - sum(cats[k] for k in ("parameter", "buffer", "gradient", "optimizer_state")))
+    return cats
