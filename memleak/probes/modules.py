@@ -7,7 +7,9 @@ them on each call; the glibc heap counter on CPU, 3 to 30 microseconds as the he
 add each forward's delta to its module: the activation memory that forward leaves allocated. A
 forward repeats itself, so a few steps measure it: the reads (four per module call, forward and
 backward) were about half of what the hooks cost a detail step on CPU, while what the detail
-steps look for, outputs kept alive from step to step, needs every one of them. The hooks are installed for the detail
+steps look for, outputs kept alive from step to step, needs every one of them. A step whose reads
+would cost more than a few plain steps (a heap fragmented by a leak: `budget.reads_affordable`)
+reads nothing. The hooks are installed for the detail
 step only, and the steps between cost nothing. On detail steps the probe also
 
 - keeps weak references to each module's outputs, to count the bytes each
