@@ -80,10 +80,11 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:
         return _bounded_growth(ranked, findings, entries)
+    growing = _growing_graphs(findings)
     if not any(s.leak and s.kind in SYMPTOMS for s in ranked):
         ranked = [_as_graph(s, measured_bps, findings) if s is culprits[0] else s for s in ranked]
-        return _graphs_below(ranked, culprits[0].location, measured_bps, findings)
-    graphs = any(c.kind == Kind.RETAINED_GRAPH or c.location in _growing_graphs(findings) for c in culprits)
+        return _graphs_below(ranked, culprits[0].location, measured_bps, growing)
+    graphs = any(c.kind == Kind.RETAINED_GRAPH or c.location in growing for c in culprits)
     names = ", ".join(s.location for s in culprits[:3])
     folded: list[Suspect] = []
     out: list[Suspect] = []
@@ -108,21 +109,21 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
             )
     if folded:
         top = culprits[0]  # its size takes the symptom's where its own graphs grow (not another culprit's)
-        own_graphs = top.kind == Kind.RETAINED_GRAPH or top.location in _growing_graphs(findings)
+        own_graphs = top.kind == Kind.RETAINED_GRAPH or top.location in growing
         explained = _explained(top, folded, own_graphs, findings, entries)
         out = [explained if s is top else s for s in out]
-    return _graphs_below(out, culprits[0].location, measured_bps, findings)
+    return _graphs_below(out, culprits[0].location, measured_bps, growing)
 
 
-def _graphs_below(ranked: list[Suspect], top: str, measured_bps: float, findings: list[Finding]) -> list[Suspect]:
-    """Leaking culprits below the `top` one whose tensors keep growing graphs are retained graphs
-    too (a list of 0-d losses beside a bigger leak): their size is what the memory's growth leaves
-    after the other culprits', not their tensors' few bytes (the top one's is `_as_graph`'s)."""
-    growing = _growing_graphs(findings)
+def _graphs_below(ranked: list[Suspect], top: str, measured_bps: float, growing: set[str]) -> list[Suspect]:
+    """Leaking culprits below the `top` one whose tensors keep growing graphs (at `growing`) are
+    retained graphs too (a list of 0-d losses beside a bigger leak): their size is what the memory's
+    growth leaves after the other culprits', not their tensors' few bytes (the top one's is
+    `_as_graph`'s)."""
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     out = []
     for s in ranked:
-        if s.location == top or s.kind not in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR) or s.location not in growing:
+        if s.location == top or s.kind not in _HELD_KINDS or s.location not in growing:
             out.append(s)
             continue
         rest = measured_bps - sum(c.bytes_per_step for c in culprits if c is not s)
@@ -267,9 +268,7 @@ def _as_graph(top: Suspect, grown_bps: float, findings: list[Finding]) -> Suspec
     """`top` as a retained graph when its tensors carry growing graphs and add under half of
     the `grown_bps` memory grows per step: what they keep is mostly their autograd graphs."""
     if not (
-        top.kind in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
-        and top.location in _growing_graphs(findings)
-        and top.bytes_per_step < 0.5 * grown_bps
+        top.kind in _HELD_KINDS and top.location in _growing_graphs(findings) and top.bytes_per_step < 0.5 * grown_bps
     ):
         return top
     line = (
@@ -277,6 +276,10 @@ def _as_graph(top: Suspect, grown_bps: float, findings: list[Finding]) -> Suspec
         "the rest is the autograd graphs they keep (the nodes and the tensors saved for backward)"
     )
     return replace(top, kind=Kind.RETAINED_GRAPH, evidence=(*top.evidence, line))
+
+
+#: Kinds whose culprit is a retained graph where the graphs its tensors keep grow.
+_HELD_KINDS = (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
 
 
 def _growing_graphs(findings: list[Finding]) -> set[str]:

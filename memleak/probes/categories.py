@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import identity
-from .identity import local_tensor, params_and_buffers
+from .identity import local_tensor, params_and_buffers, state_tensors
 
 
 def memory_categories(model, opt, counter: Callable[[], int] | None) -> dict[str, int]:
@@ -35,7 +34,7 @@ def memory_categories(model, opt, counter: Callable[[], int] | None) -> dict[str
         cats["buffer"] += size(b)
     state = getattr(opt, "state", None)
     for p in state or ():
-        cats["optimizer_state"] += sum(size(v) for v in identity.state_tensors(state, p))
+        cats["optimizer_state"] += sum(size(v) for v in state_tensors(state, p))
     if counter is not None:
         total = int(counter())
         cats["total"] = total

@@ -92,8 +92,8 @@ class Walk(HolderTally, HookWalk):
     def push(self, obj: Any, path: str, holder: str | None, kind: str, weight: float = 1.0, note: str = "") -> None:
         if isinstance(obj, SCALARS) and atom(obj):
             return
-        if id(obj) in self.visited:  # a local's object, also an item among others of a container: named by it
-            if (local := self.instance_locals.get(id(obj))) is not None and path.endswith("[...]"):
+        if (oid := id(obj)) in self.visited:  # a local's object, also an item among others of a container: named by it
+            if (local := self.instance_locals.get(oid)) is not None and path.endswith("[...]"):
                 self.aliases.setdefault(local, path)
             return
         self.queue.append((obj, path, holder, kind, weight, note))
