@@ -27,6 +27,12 @@ def pytest_configure(config):
     config.stash[gc_collect_iterations_key] = 1
 
 
+def pytest_unconfigure(config):
+    for stream in _stderr:
+        stream.close()
+    _stderr.clear()
+
+
 # A test that runs longer than this fails with every thread's stack printed, so that a hang (a
 # deadlock, a child process that never exits) fails that test instead of holding CI until its
 # own limit. The slowest test takes about 40 s on a 2-core machine.
@@ -101,8 +107,7 @@ def pytester(request):
 # Lightning, torch.distributed add 100k to 300k objects, and every full gc.collect() and tensor
 # census after them (memleak takes both) walks those too. Run last, the rest run in a smaller
 # process. xdist hands out groups in collection order.
-HEAVY_MODULES = (
-    "stacks/test_compile.py", "stacks/test_compile_ddp.py", "stacks/test_ddp_fsdp2.py", "test_compiled.py")
+HEAVY_MODULES = ("stacks/test_compile.py", "stacks/test_compile_ddp.py", "stacks/test_ddp_fsdp2.py", "test_compiled.py")
 HEAVY_GROUPS = ("transformers", "lightning")
 
 

@@ -19,6 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._device import DeviceContext
 
+from . import warn_sites
 from .frames import pass_through
 
 # Tensors tagged per deep step, at most (a very large step is sampled, not walked whole).
@@ -85,6 +86,8 @@ class _BirthMode(TorchFunctionMode):
 
 # a tensor an op saves for backward while the mode dispatches it is the op caller's, not memleak's
 pass_through(_BirthMode.__torch_function__.__code__)
+# and a warning torch issues there is the caller's too (shown at their line, while a mode is on)
+warn_sites.watch_code(_BirthMode.__torch_function__.__code__, globals())
 
 
 def stacks_empty() -> bool:
@@ -112,6 +115,7 @@ class Tagging:
         )
         self.hooks.__enter__()
         self.mode: _BirthMode | None = _BirthMode(self)
+        warn_sites.install()
         self.mode.__enter__()
         self.paused = False  # the mode is off the stack for a while (`pause`)
 
@@ -160,11 +164,13 @@ class Tagging:
         n = torch._C._len_torch_function_stack()
         if self.paused:  # off the stack already (the step ended inside the optimizer's)
             self.mode, self.paused = None, False
+            warn_sites.uninstall()
         if self.mode is not None:
             if not (n and torch._C._get_function_stack_at(n - 1) is self.mode):
                 return "a torch function mode was left open over memleak's"
             self.mode.__exit__(None, None, None)
             self.mode = None
+            warn_sites.uninstall()
         if self.hooks is not None:
             if torch._C._autograd._top_saved_tensors_default_hooks(False) != (self.pack, unpack):
                 return "a saved-tensor hook was left open over memleak's"
@@ -183,7 +189,9 @@ def sweep() -> None:
         mine = _inert.pop(me, [])
         alive = {t.ident for t in threading.enumerate()}
         for ident in [i for i in _inert if i not in alive]:
-            del _inert[ident]  # a thread's modes and hooks end with it
+            for gone in _inert.pop(ident):  # a thread's modes and hooks end with it
+                if gone.mode is not None:
+                    warn_sites.uninstall()
     left: list[Tagging] = []
     for tagging in reversed(mine):
         if left or tagging._pop() is not None:
