@@ -138,19 +138,21 @@ def _graphs_below(ranked: list[Suspect], top: str, measured_bps: float, growing:
 
 #: A holder that is one entry of a container: `ema.shadow['0.weight']` of `ema.shadow`.
 _ENTRY = re.compile(r"^(.+)(\[[^\[\]]+\])$")
+#: A holder that is an attribute of something: `0.weight.grad_history`.
+_ATTR = re.compile(r"^.+(\.[A-Za-z_]\w*)$")
 
 
 def _fold_entries(ranked: list[Suspect], stored: dict[str, str], entries: dict[str, list[str]]) -> list[Suspect]:
-    """Leaking culprits of one kind that are entries of one container, stored by one line (`stored`:
-    the line the culprit detector found for each location; each value of a dict recomputed from
-    itself without detach, an EMA's shadow weights), are one cause: folded into the first of them,
-    the others its evidence and their bytes its own (their locations into `entries`, by the first's)."""
+    """Leaking culprits of one kind stored by one line (`stored`: the line the culprit detector found
+    for each location) that are entries of one container (each value of a dict recomputed from
+    itself without detach, an EMA's shadow weights), or attributes of one name on several objects
+    (``p.grad_history`` on every parameter), are one cause: folded into the first of them, the others
+    its evidence and their bytes its own (their locations into `entries`, by the first's)."""
     firsts: dict[tuple, Suspect] = {}
-    others: dict[int, tuple[str, list[Suspect]]] = {}  # id of the first -> (container, the others)
+    others: dict[int, tuple[str, list[Suspect]]] = {}  # id of the first -> (container or "", the others)
     out = []
     for s in ranked:
-        m = _ENTRY.match(s.location) if s.leak and s.kind in CULPRITS else None
-        key = (m.group(1), s.kind, stored.get(s.location, "")) if m else None
+        key = _fold_key(s, stored.get(s.location, "")) if s.leak and s.kind in CULPRITS else None
         if key is None or key not in firsts:
             if key is not None:
                 firsts[key] = s
@@ -158,15 +160,28 @@ def _fold_entries(ranked: list[Suspect], stored: dict[str, str], entries: dict[s
         else:
             others.setdefault(id(firsts[key]), (key[0], []))[1].append(s)
             entries.setdefault(firsts[key].location, []).append(s.location)
-    return [_with_entries(s, *others[id(s)]) if id(s) in others else s for s in out]
+    return [_with_entries(s, *others[id(s)], stored.get(s.location, "")) if id(s) in others else s for s in out]
 
 
-def _with_entries(first: Suspect, container: str, others: list[Suspect]) -> Suspect:
-    keys = ", ".join(o.location[len(container) :] for o in others[:4]) + (", ..." if len(others) > 4 else "")
-    line = f"{len(others)} more entries of {container} leak the same way ({keys}): one cause, their bytes counted here"
+def _fold_key(s: Suspect, line: str) -> tuple | None:
+    """(its container, or "" and its attribute's name, its kind, its line) if `s` folds with its likes."""
+    if m := _ENTRY.match(s.location):
+        return m.group(1), s.kind, line
+    if line and (m := _ATTR.match(s.location)):  # an attribute name alone says little without its line
+        return "", m.group(1), s.kind, line
+    return None
+
+
+def _with_entries(first: Suspect, container: str, others: list[Suspect], line: str) -> Suspect:
+    if container:
+        keys = ", ".join(o.location[len(container) :] for o in others[:4]) + (", ..." if len(others) > 4 else "")
+        text = f"{len(others)} more entries of {container} leak the same way ({keys})"
+    else:
+        names = ", ".join(o.location for o in others[:4]) + (", ..." if len(others) > 4 else "")
+        text = f"{len(others)} more holders filled at {line} leak the same way ({names})"
     return replace(
         first,
-        evidence=(*first.evidence, line),
+        evidence=(*first.evidence, f"{text}: one cause, their bytes counted here"),
         bytes_per_step=first.bytes_per_step + sum(o.bytes_per_step for o in others),
         total_bytes=first.total_bytes + sum(o.total_bytes for o in others),
         detectors=tuple(OrderedDict.fromkeys([*first.detectors, *(d for o in others for d in o.detectors)])),
@@ -235,11 +250,15 @@ def _adds(culprit: Suspect, symptom: Suspect, findings: list[Finding], entries: 
     locations = {culprit.location, *entries.get(culprit.location, ())}
     for f in findings:
         count, steps = (f.data.get("count"), f.data.get("steps")) if isinstance(f.data, dict) else (None, None)
+        per_step = f.data.get("per_step") if isinstance(f.data, dict) else None
         if f.location in locations and count and steps and len(count) >= 2 and steps[-1] > steps[0]:
             locations.discard(f.location)
             span, grad = steps[-1] - steps[0], f.data.get("grad") or (0, 0)
             bps += TENSOR_HOST_OVERHEAD * max(0.0, (count[-1] - count[0]) / span)
             bps += GRAD_FN_HOST_OVERHEAD * max(0.0, (grad[-1] - grad[0]) / span)
+        elif f.location in locations and per_step:  # tensors no name holds, counted per step they were made
+            locations.discard(f.location)
+            bps += TENSOR_HOST_OVERHEAD * per_step["tensors"] + GRAD_FN_HOST_OVERHEAD * per_step["grad_fns"]
     return bps
 
 
@@ -291,6 +310,8 @@ def _growing_graphs(findings: list[Finding]) -> set[str]:
     for f in findings:
         data = f.data if isinstance(f.data, dict) else {}
         if f.leak and any(_rises(data.get(key)) for key in ("nodes", "grad")):
+            out.add(f.location)
+        elif f.leak and (data.get("per_step") or {}).get("grad_fns", 0) > 0:  # no name holds them: made each step
             out.add(f.location)
     return out
 

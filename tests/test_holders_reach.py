@@ -298,7 +298,7 @@ def test_closure_and_optimizer_holders_get_fixes_that_name_what_to_change():
     assert f.kind == Kind.SURVIVING_TENSORS and f.leak
     assert f.fix.startswith("`losses`, a variable of the enclosing function") and "make_train_step" in f.fix
     o = next(f for f in _detect({"holders": _holder_rows("opt.grad_history", "optimizer_attr")}))
-    assert "besides its state" in o.fix and any(e.startswith("the optimizer attribute") for e in o.evidence)
+    assert "not the optimizer's own state" in o.fix and any(e.startswith("the optimizer attribute") for e in o.evidence)
 
 
 def test_cycles_the_collector_keeps_freeing_are_still_a_leak():

@@ -154,3 +154,20 @@ def test_a_list_the_code_keeps_in_a_param_group_is_a_holder_but_its_settings_are
     st = w.holders["opt.param_groups[0]['loss_trace']"]
     assert st.count == 2 and st.nodes > 0  # the newest loss is the local `loss`'s
     assert not any("initial_lr" in name or "momentum" in name for name in w.holders)
+
+
+def test_lists_the_code_keeps_in_the_optimizers_state_are_one_holder_but_its_own_state_is_not():
+    model = nn.Sequential(nn.Linear(8, 4), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # its momentum buffers: its own
+    for _ in range(3):
+        loss = model(torch.ones(3, 8)).sum()
+        opt.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            opt.state[p].setdefault("grad_norms", []).append(p.grad.norm())
+        opt.step()
+    exclude, _ = excluded_ids(model, opt)
+    w = walk_roots(step=3, model=model, optimizer=opt, ages=Ages(), exclude=exclude, frames=[sys._getframe()])
+    st = w.holders["opt.state[...]['grad_norms']"]
+    assert st.count == 3 * 4 and st.kind == "optimizer_attr"  # four parameters, one holder
+    assert not any("momentum" in name for name in w.holders)

@@ -104,6 +104,41 @@ def test_entries_of_one_container_stored_by_one_line_are_one_suspect():
     assert [s.location for s in rank(findings)] == ["ema.shadow['0.weight']", "ema.shadow['0.bias']", "other['x']"]
 
 
+def test_an_attribute_of_one_name_on_several_objects_stored_by_one_line_is_one_suspect():
+    """``p.grad_history.append(p.grad.clone())`` for every parameter: four holders, one line, one
+    cause; an attribute of that name filled by another line stays a suspect of its own."""
+
+    def held(location, nbytes, line="t.py:12"):
+        f = _finding(Kind.SURVIVING_TENSORS, location, 0.9, nbytes=nbytes, detector="culprits")
+        return replace(f, data={"stored": line})
+
+    findings = [held("0.weight.grad_history", 8 * 1024), held("2.weight.grad_history", 1024),
+                held("0.bias.grad_history", 256), held("meter.grad_history", 64, line="t.py:30")]
+    suspects = rank(findings)
+    assert [s.location for s in suspects] == ["0.weight.grad_history", "meter.grad_history"]
+    assert suspects[0].bytes_per_step == 8 * 1024 + 1024 + 256
+    assert ("2 more holders filled at t.py:12 leak the same way (2.weight.grad_history, 0.bias.grad_history)"
+            in suspects[0].evidence[-1])
+    # with no line known, a shared attribute name says too little to fold on
+    bare = [replace(f, data={}) for f in findings[:2]]
+    assert len(rank(bare)) == 2
+
+
+def test_tensors_no_name_holds_made_each_step_with_a_grad_fn_are_a_retained_graph():
+    """Losses kept where the walk does not reach (``atexit.register(fn, loss)``, a list a
+    comprehension is building): 4 B of tensor a step, but each keeps its autograd nodes, and the
+    heap grows 5 KiB a step. The survivors explain it (no "look for a second cause")."""
+    f = _finding(Kind.SURVIVING_TENSORS, "train.py:7", 0.92, nbytes=4, detector="survivors")
+    growth = _finding(Kind.LINEAR_GROWTH, "heap_bytes", 0.9, nbytes=5 * 1024, detector="growth")
+    graphs = rank([growth, replace(f, data={"per_step": {"tensors": 1.0, "grad_fns": 1.0}})], measured_bps=5 * 1024)
+    assert [(s.location, s.kind) for s in graphs] == [("train.py:7", Kind.RETAINED_GRAPH)]
+    assert graphs[0].bytes_per_step == 5 * 1024
+    # the same without a grad_fn: its objects explain a few hundred bytes, not the rest
+    plain = rank([growth, replace(f, data={"per_step": {"tensors": 1.0, "grad_fns": 0.0}})], measured_bps=5 * 1024)
+    assert [s.kind for s in plain] == [Kind.SURVIVING_TENSORS, Kind.LINEAR_GROWTH]
+    assert "only 8% of this growth is explained" in plain[1].evidence[-1]
+
+
 def test_small_tensors_of_folded_entries_explain_the_heap_they_grow():
     """A dict of per-parameter lists of 0-d grad norms: 4 B of data an entry a step, each tensor
     ~390 B of C heap. The entries folded into one cause explain the heap's growth together (each

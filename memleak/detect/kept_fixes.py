@@ -26,9 +26,9 @@ _KIND_FIXES = {
         "before the loop, and keep no old ones (nor their `state_dict()`s) in a list."
     ),
     "optimizer_attr": (
-        "`{holder}` is a container the optimizer keeps besides its state, and it gains a tensor every "
-        "step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or clear it after "
-        "logging{grad}."
+        "`{holder}` is a container the code keeps in the optimizer (not the optimizer's own state), and it "
+        "gains a tensor every step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or "
+        "clear it after logging{grad}."
     ),
     "closure": (
         "`{holder}` is captured by a closure (a hook or callback) and gains tensors every step: store "

@@ -175,6 +175,12 @@ def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected,
     f["total"] = max(f["total"], sum(per))
     f["evidence"].extend(_survivor_evidence(b, g, cyclic, bps))
     f["data"].setdefault("sites", []).append(g.site)
+    if not g.holder and cycle is None:
+        # held by no name: what each tensor costs beyond its data (its objects, its graph) comes from how many a step
+        f["data"]["per_step"] = {
+            "tensors": float(np.median([c.count for c in g.cohorts.values()])),
+            "grad_fns": float(np.median([c.grad for c in g.cohorts.values()])),
+        }
     if g.holder and cycle is None:
         # a named holder of tensors with a grad_fn keeps their graphs (saved_graphs credits it)
         grads = max(c.grad for c in g.cohorts.values())

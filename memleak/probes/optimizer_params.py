@@ -15,6 +15,7 @@ the same way.
 from __future__ import annotations
 
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,6 +78,8 @@ def optimizer_held(opt: Any, exclude: set[int]) -> Iterator[tuple[str, Any, str,
         yield k, v, "optimizer_attr", why
     for k, v in group_extras(opt):
         yield k, v, "optimizer_attr", f"a key the code added to a param group of {name} (not one of its settings)"
+    for k, v in state_extras(opt):
+        yield k, v, "optimizer_attr", f"containers the code keeps in {name}'s state for each parameter under one key"
     stale = stale_params(opt, exclude)
     if stale:
         yield (
@@ -106,6 +109,24 @@ def group_extras(opt: Any) -> Iterator[tuple[str, Any]]:
         for k, v in group.items() if isinstance(group, dict) else ():
             if k not in settings and isinstance(v, (torch.Tensor, list, dict, set, tuple)):
                 yield f"param_groups[{i}][{k!r}]", v
+
+
+def state_extras(opt: Any) -> Iterator[tuple[str, list]]:
+    """(name, the containers) of each key under which the code keeps a container in the
+    optimizer's per-parameter state (``opt.state[p].setdefault("norms", []).append(...)``), one
+    holder for all parameters: torch's optimizers keep tensors and numbers there, not lists."""
+    state = getattr(opt, "state", None)
+    if not isinstance(state, dict):
+        return
+    by_key: dict[str, list] = {}
+    for group in getattr(opt, "param_groups", None) or ():
+        for p in group.get("params", ()):
+            per_param = state.get(p)  # .get: a defaultdict gains no entry
+            for k, v in per_param.items() if isinstance(per_param, dict) else ():
+                if isinstance(v, (list, dict, set, deque)):
+                    by_key.setdefault(str(k), []).append(v)
+    for k, values in by_key.items():
+        yield f"state[...][{k!r}]", values
 
 
 def foreign_state(opt: Any, exclude: set[int]) -> list[torch.Tensor]:

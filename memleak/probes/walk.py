@@ -215,7 +215,7 @@ class Walk(HolderTally, HookWalk):
     def _optimizer(self, obj, path, holder, weight, note) -> None:
         """Its own extra lists, the parameters it keeps that are not the model's, and its hooks."""
         for k, v, hkind, why in optimizer_held(obj, self.exclude):
-            self.push(v, f"{path}.{k}", child_holder(holder, path, k), hkind, weight, why)
+            self.push(v, f"{path}.{k}", child_holder(holder, path, k, value=v), hkind, weight, why)
         for hk, hooks in reach.optimizer_hook_dicts(obj):
             for fn, copies in reach.hooks_with_copies(hooks):
                 self.hook(fn, path, weight, copies, hk)
