@@ -577,9 +577,8 @@ def test_threads_started_each_step_that_still_run_are_named(how, location):
                 th.cancel()
 
 
-def test_tensors_kept_by_a_registry_in_c_get_a_fix_that_names_such_registries():
-    """`atexit.register(save, t)` every step: atexit keeps its callbacks in C, where no walk or gc
-    referrer reaches; the fix names such registries beside the reference cycles it mentioned."""
+def _kept_at_exit(steps, keep):
+    """A tracked loop that registers an atexit callback with `keep(output)` every step (unregistered after)."""
     import atexit
 
     def save_on_exit(t):
@@ -588,11 +587,17 @@ def test_tensors_kept_by_a_registry_in_c_get_a_fix_that_names_such_registries():
     model, opt = _model_and_optimizer()
     try:
         with memleak.track(model, optimizer=opt) as tracker:
-            for _ in range(40):
-                atexit.register(save_on_exit, _step(model, opt)[0].detach())
+            for _ in range(steps):
+                atexit.register(save_on_exit, keep(_step(model, opt)[0]))
     finally:
         atexit.unregister(save_on_exit)
-    report = tracker.report()
+    return tracker.report()
+
+
+def test_tensors_kept_by_a_registry_in_c_get_a_fix_that_names_such_registries():
+    """`atexit.register(save, t)` every step: atexit keeps its callbacks in C, where no walk or gc
+    referrer reaches; the fix names such registries beside the reference cycles it mentioned."""
+    report = _kept_at_exit(40, lambda out: out.detach())
     assert report.verdict == "leak", str(report)
     assert "atexit.register" in report.suspects[0].fix, str(report)
 
@@ -602,34 +607,11 @@ def test_outputs_kept_with_their_graphs_by_a_registry_in_c_are_a_retained_graph_
     several times the outputs' bytes). What no name holds but carries a grad_fn is a retained graph,
     and it explains the heap's growth (it read surviving_tensors, "only 19 % explained: look for a
     second cause")."""
-    import atexit
-
-    def save_on_exit(t):
-        pass
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    try:
-        with memleak.track(model, optimizer=opt) as tracker:
-            for _ in range(100):
-                atexit.register(save_on_exit, _step_small(model, opt))
-    finally:
-        atexit.unregister(save_on_exit)
-    report = tracker.report()
+    report = _kept_at_exit(100, lambda out: out)
     top = report.suspects[0]
     assert report.verdict == "leak" and top.kind == Kind.RETAINED_GRAPH, str(report)
     assert "test_culprits_general.py" in top.location, str(report)
     assert not any(s.kind == Kind.LINEAR_GROWTH for s in report.suspects), str(report)
-
-
-def _step_small(model, opt):
-    out = model(torch.randn(64, 32))
-    loss = out.pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    return out
 
 
 class _TreeNode:
