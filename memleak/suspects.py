@@ -196,6 +196,7 @@ def _bounded_growth(ranked: list[Suspect], findings: list[Finding], entries: Map
     if not fill:
         return ranked
     out = []
+    adds: dict[str, float] = {}  # a filling culprit -> what it adds to the host series it explains
     for s in ranked:
         bps = sum(_adds(c, s, findings, entries) for c in fill)
         if s.leak and s.kind in SYMPTOMS and bps and bps >= EXPLAINED_SHARE * s.bytes_per_step:
@@ -204,8 +205,18 @@ def _bounded_growth(ranked: list[Suspect], findings: list[Finding], entries: Map
             # the generic advice (look for a running loss, a list without detach) would contradict it
             fix = f"None needed if this growth stops where {names} fills up; watch it past that point."
             s = replace(s, leak=False, evidence=(*s.evidence, why), fix=fix)
+            if s.location in HOST_COLUMNS:
+                # a filling holder's size on the host counts its tensors' objects too, as quoted above
+                adds.update({c.location: _adds(c, s, findings, entries) for c in fill})
         out.append(s)
-    return out
+    return [_resized(s, adds[s.location]) if s.location in adds else s for s in out]
+
+
+def _resized(s: Suspect, bps: float) -> Suspect:
+    """`s` at `bps` bytes a step, where that is more than its own figure (its total scaled alike)."""
+    if bps <= s.bytes_per_step or s.bytes_per_step <= 0:
+        return s
+    return replace(s, bytes_per_step=bps, total_bytes=s.total_bytes * bps / s.bytes_per_step)
 
 
 def _explained(

@@ -139,6 +139,20 @@ def test_tensors_no_name_holds_made_each_step_with_a_grad_fn_are_a_retained_grap
     assert "only 8% of this growth is explained" in plain[1].evidence[-1]
 
 
+def test_a_holder_filling_to_its_bound_is_sized_by_what_it_adds_to_the_heap():
+    """A lazily filled memo of small tensors (64 a step, 8 KiB of data, ~33 KiB of heap): the heap's
+    rise is explained by it and no leak; its own row counts its tensors' objects too (its data alone,
+    +8.0 KiB, read as a quarter of the rise it was said to explain)."""
+    memo = replace(_finding(Kind.SURVIVING_TENSORS, "data.cache", 0.95, leak=False, nbytes=8192, detector="culprits"),
+                   data={"filling": True, "count": [192, 8256], "steps": [1, 127]})
+    rise = 8192 + 64 * TENSOR_HOST_OVERHEAD
+    growth = _finding(Kind.LINEAR_GROWTH, "heap_bytes", 0.9, nbytes=rise, detector="growth")
+    suspects = {s.location: s for s in rank([growth, memo])}
+    assert not suspects["heap_bytes"].leak
+    assert suspects["data.cache"].bytes_per_step == pytest.approx(rise)
+    assert suspects["data.cache"].total_bytes == pytest.approx(30 * rise)
+
+
 def test_small_tensors_of_folded_entries_explain_the_heap_they_grow():
     """A dict of per-parameter lists of 0-d grad norms: 4 B of data an entry a step, each tensor
     ~390 B of C heap. The entries folded into one cause explain the heap's growth together (each
