@@ -335,3 +335,35 @@ def test_an_inference_loop_that_carries_its_graph_is_told_to_use_no_grad(tmp_pat
     fix = text.split("fix: ", 1)[1]
     assert "no optimizer step nor backward pass" in text
     assert "never runs backward" in fix and "torch.no_grad()" in fix and "after each backward" not in fix, text
+
+
+def test_a_script_with_no_module_nor_optimizer_ends_iterations_at_its_backward_passes(tmp_path):
+    """Weights as plain tensors updated by hand, losses kept with their graphs: tracked from the
+    second backward pass, each ending an iteration; `torch.autograd.backward` is put back after."""
+    original = torch.autograd.backward
+    script = write(tmp_path, textwrap.dedent("""
+        import torch
+        import torch.nn.functional as F
+
+        torch.manual_seed(0)
+        w1 = torch.randn(32, 64, requires_grad=True)
+        w2 = torch.randn(64, 4, requires_grad=True)
+        losses = []
+        for i in range(60):
+            x, y = torch.randn(64, 32), torch.randint(0, 4, (64,))
+            loss = F.cross_entropy((x @ w1).relu() @ w2, y)
+            loss.backward()
+            with torch.no_grad():
+                for w in (w1, w2):
+                    w -= 0.01 * w.grad
+                    w.grad = None
+            losses.append(loss)
+    """))
+    result = memleak_in_process("run", "--out", tmp_path / "out", script)
+    assert result.returncode == 0, result.stderr
+    assert torch.autograd.backward is original
+    text = " ".join(result.stdout.split())
+    assert "iterations end at each backward pass (no optimizer step was seen)" in text, text
+    run = memleak.load(tmp_path / "out")
+    assert len(run.steps) >= 55
+    assert "retained_graph at losses" in text, text

@@ -15,7 +15,9 @@ script's iterations and its model by itself:
 - **without an optimizer** (weights updated by hand, or inference only): each
   backward pass through the model's output ends an iteration, and while no
   backward pass was seen, each call of the model does; the first optimizer
-  step seen later takes over. The report says which boundary was used.
+  step seen later takes over. With no module either (weights as plain tensors),
+  each backward pass does, from the second on (``torch.autograd.backward`` is
+  wrapped while the script runs). The report says which boundary was used.
 - **the model**: until tracking starts, global module forward hooks note the
   modules called at the top level (not from inside another module). At the
   first optimizer step, the one that holds most of its parameters is the model
@@ -40,6 +42,7 @@ import runpy
 import sys
 import traceback
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +98,9 @@ class ZeroCodeSession:
         self._anchor: weakref.ref | None = None
         self._since_anchor: dict[int, int] = {}
         self.start_error: BaseException | None = None
+        self._unwrap_backward: Callable[[], None] = lambda: None  # puts torch.autograd.backward back (_backward.py)
+        self._backwards = 0  # backward passes begun before tracking started
+        self.backward_driven = False  # no model nor optimizer step: each backward pass ends an iteration
 
     # ------------------------------------------------------------ install / remove
     def install(self) -> ZeroCodeSession:
@@ -106,6 +112,9 @@ class ZeroCodeSession:
             module_hooks.register_module_forward_hook(self._post_forward, always_call=True),
         ]
         self._handles.append(optimizer_hooks.register_optimizer_step_post_hook(self._on_step))
+        from ._backward import wrap_backward
+
+        self._unwrap_backward = wrap_backward(self._before_backward, self._after_backward)
         return self
 
     def _remove_module_hooks(self) -> None:
@@ -118,6 +127,7 @@ class ZeroCodeSession:
     def close(self, exc: BaseException | None = None) -> None:
         """Remove every global hook and stop the tracker. Idempotent."""
         self._remove_module_hooks()
+        self._unwrap_backward()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -141,6 +151,21 @@ class ZeroCodeSession:
 
     def _post_forward(self, module, args, output) -> None:
         self._depth = max(0, self._depth - 1)
+
+    def _before_backward(self) -> None:
+        if self.start_error is not None:
+            return
+        if self.tracker is None:
+            self._backwards += 1
+            if self._backwards == 2:  # the first iteration is over: no model was called, no optimizer stepped
+                self.backward_driven = True
+                self._start_guarded(None, None)
+        elif self.backward_driven and self.tracker.active:
+            self.tracker._boundaries.before_backward()
+
+    def _after_backward(self) -> None:
+        if self.backward_driven and self.tracker is not None and self.tracker.active:
+            self.tracker._boundaries.after_backward()
 
     def _on_step(self, optimizer, args, kwargs) -> None:
         if self.start_error is not None:
@@ -311,7 +336,7 @@ def main(args: argparse.Namespace) -> int:
     if session.tracker is None or session.steps == 0:
         msg = (
             f"{name}: no iteration was tracked: memleak run marks an iteration at each optimizer.step(), "
-            "else at each backward pass through the model, else at each call of the model (a module "
+            "else at each backward pass, else at each call of the model (a module "
             "with parameters called twice), and the script made "
             + ("only one" if session.tracker is not None else "none")
             + "; wrap the loop in memleak.track(...) and call tracker.step() instead"

@@ -26,8 +26,9 @@ Sources, strongest first (`schema.Boundary`); once a stronger one is seen, weake
     optimizers any one's step counts as a step in between: a GAN's discriminator step may follow a
     backward pass that also wrote the generator's gradients.
 - with ``auto`` (``memleak run``, where the loop cannot call ``tracker.step()``), when no optimizer
-  step was seen: each backward pass through the model's output (weights updated by hand), and
-  before any backward pass, each call of the model (inference). ``memleak.track`` leaves them off:
+  step was seen: each backward pass through the model's output (weights updated by hand), or,
+  with no model, each backward pass (`before_backward`), and before any backward pass, each call
+  of the model (inference). ``memleak.track`` leaves them off:
   a loop that calls ``tracker.step()`` would see iterations split before its first call.
 
 What the hooks see in the middle of a step (a backward pass may end in an autograd thread) is
@@ -349,6 +350,17 @@ class Boundaries:
             self._grad = self._grad_state()
         elif self.auto and STRENGTH[self.mode] <= STRENGTH[Boundary.BACKWARD] and not self.in_step:
             self.mode = self.pending = Boundary.BACKWARD
+
+    def before_backward(self) -> None:
+        """`memleak run` of a script with no model and no optimizer step: a backward pass is about
+        to start (the function that starts them is wrapped, `zero_code`). The iteration the last
+        one ended, weights updated since, is recorded now."""
+        if self.active and self.mode is not Boundary.CALL and not self.in_step:
+            self._record_pending()
+
+    def after_backward(self) -> None:
+        """...and it ended: it ends this iteration, recorded at the next one's start or at close."""
+        self._on_backward_end()
 
     # ------------------------------------------------------------ gradients
     def _grad_state(self) -> tuple[Any, int, int] | None:

@@ -17,7 +17,7 @@ WIDTH = 100
 BOUNDARY_WORDS = {
     "call": "each tracker.step() (or call of the watched function)",
     "optimizer": "each optimizer.step()",
-    "backward": "each backward pass through the model's output (no optimizer step was seen)",
+    "backward": "each backward pass (no optimizer step was seen)",
     "forward": "each call of the model (no optimizer step nor backward pass was seen)",
 }
 
