@@ -367,3 +367,23 @@ def test_a_script_with_no_module_nor_optimizer_ends_iterations_at_its_backward_p
     run = memleak.load(tmp_path / "out")
     assert len(run.steps) >= 55
     assert "retained_graph at losses" in text, text
+
+
+def test_a_script_with_a_model_runs_its_backward_passes_unwrapped_once_tracking_starts(tmp_path):
+    """The wrapper is for scripts with no model: once a model or an optimizer step starts tracking,
+    `torch.autograd.backward` is torch's own again (no memleak frame in the script's tracebacks)."""
+    script = write(tmp_path, textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        model = nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(4):
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        print("wrapped" if hasattr(torch.autograd.backward, "__wrapped__") else "torch's own")
+    """))
+    result = memleak_in_process("run", "--out", tmp_path / "out", script)
+    assert result.returncode == 0, result.stderr
+    assert "torch's own" in result.stdout, result.stdout

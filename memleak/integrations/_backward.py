@@ -1,9 +1,10 @@
-"""``torch.autograd.backward`` wrapped while `memleak run` runs a script (`zero_code`): a script
-with no module and no optimizer (weights as plain tensors, updated by hand) shows its iterations
-only by its backward passes. ``Tensor.backward`` calls it; the wrapper passes everything through,
-tells the session before and after each outermost pass (one started inside a running backward, a
-reentrant checkpoint's, in whatever thread the engine runs it, is no iteration), and is put back
-by `unwrap` unless something replaced it since.
+"""``torch.autograd.backward`` wrapped while `memleak run` runs a script (`zero_code`), until a model
+or an optimizer step starts tracking: a script with no module and no optimizer (weights as plain
+tensors, updated by hand) shows its iterations only by its backward passes, and keeps it.
+``Tensor.backward`` calls it; the wrapper passes everything through, tells the session before and
+after each outermost pass (one started inside a running backward, a reentrant checkpoint's, in
+whatever thread the engine runs it, is no iteration), and is put back by `unwrap` unless
+something replaced it since.
 """
 
 from __future__ import annotations

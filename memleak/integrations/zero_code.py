@@ -17,7 +17,8 @@ script's iterations and its model by itself:
   backward pass was seen, each call of the model does; the first optimizer
   step seen later takes over. With no module either (weights as plain tensors),
   each backward pass does, from the second on (``torch.autograd.backward`` is
-  wrapped while the script runs). The report says which boundary was used.
+  wrapped until a model or an optimizer step starts tracking, else while the
+  script runs: `_backward.py`). The report says which boundary was used.
 - **the model**: until tracking starts, global module forward hooks note the
   modules called at the top level (not from inside another module). At the
   first optimizer step, the one that holds most of its parameters is the model
@@ -198,6 +199,8 @@ class ZeroCodeSession:
         from ..recorder import Tracker
 
         self._remove_module_hooks()
+        if not self.backward_driven:  # a model or an optimizer marks iterations: the wrapper is not needed
+            self._unwrap_backward()
         self._anchor = weakref.ref(optimizer) if optimizer is not None else None
         self.model_name = type(model).__name__ if model is not None else None
         self.tracker = Tracker(model, optimizer=optimizer, out=self.out, level=self.level, **self.tracker_options)
