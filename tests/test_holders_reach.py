@@ -782,3 +782,20 @@ def test_a_local_naming_the_latest_of_many_kept_objects_gives_way_to_their_conta
     assert st.count == 6
     assert "ev.preds" not in w.holders
     _REGISTRY.clear()
+
+
+def test_items_of_a_user_dict_in_a_list_are_named_by_the_list():
+    """A tokenizer's BatchEncoding (a collections.UserDict) kept per step: its items are its own,
+    so the list is the holder (`seen`), not `seen[...].data`; a UserList's likewise."""
+    import collections
+
+    class Encoding(collections.UserDict):
+        pass
+
+    seen = [Encoding({"logits": torch.randn(4, 8), "ids": torch.ones(4)}) for _ in range(3)]
+    rows = collections.UserList([torch.randn(2) for _ in range(3)])
+    w = _walk([sys._getframe()])
+    assert w.holders["seen"].count == 6, sorted(w.holders)
+    assert w.holders["rows"].count == 3, sorted(w.holders)
+    assert not any(".data" in name for name in w.holders), sorted(w.holders)
+    del seen, rows

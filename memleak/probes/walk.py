@@ -56,6 +56,8 @@ from .walk_scope import (
     top_package,
 )
 
+_USER_CONTAINERS = (collections.UserDict, collections.UserList)
+
 
 class Walk(HolderTally, HookWalk):
     """One walk from the roots. `holders` by name, `tensor_holder` by tensor id."""
@@ -274,7 +276,9 @@ class Walk(HolderTally, HookWalk):
             for k, v in d.items():
                 if atom(v) or (k.startswith("__") and k.endswith("__")):
                     continue
-                if k == link:  # the next node: its attributes count under this one's names
+                if k == link or (k == "data" and isinstance(obj, _USER_CONTAINERS)):
+                    # the next node's attributes count under this one's names; a UserDict's (a tokenizer's
+                    # BatchEncoding) items are its own: `seen[...]['logits']`, not `seen[...].data['logits']`
                     self.push(v, path, holder, kind, weight, note)
                     continue
                 self.push(v, f"{path}.{k}", child_holder(holder, path, k, value=v), kind, weight, note)
