@@ -127,12 +127,9 @@ def _graphs_below(ranked: list[Suspect], top: str, measured_bps: float, growing:
             out.append(s)
             continue
         rest = measured_bps - sum(c.bytes_per_step for c in culprits if c is not s)
-        bps = max(s.bytes_per_step, rest)
         line = "its tensors keep their autograd graphs, which grow: the graphs are most of what it keeps"
-        total = s.total_bytes * bps / s.bytes_per_step if s.bytes_per_step > 0 else s.total_bytes
-        out.append(
-            replace(s, kind=Kind.RETAINED_GRAPH, evidence=(*s.evidence, line), bytes_per_step=bps, total_bytes=total)
-        )
+        sized = _scaled(s, max(s.bytes_per_step, rest))
+        out.append(replace(sized, kind=Kind.RETAINED_GRAPH, evidence=(*s.evidence, line)))
     return out
 
 
@@ -213,10 +210,14 @@ def _bounded_growth(ranked: list[Suspect], findings: list[Finding], entries: Map
 
 
 def _resized(s: Suspect, bps: float) -> Suspect:
-    """`s` at `bps` bytes a step, where that is more than its own figure (its total scaled alike)."""
-    if bps <= s.bytes_per_step or s.bytes_per_step <= 0:
-        return s
-    return replace(s, bytes_per_step=bps, total_bytes=s.total_bytes * bps / s.bytes_per_step)
+    """`s` at `bps` bytes a step, where that is more than its own (positive) figure."""
+    return _scaled(s, bps) if bps > s.bytes_per_step > 0 else s
+
+
+def _scaled(s: Suspect, bps: float) -> Suspect:
+    """`s` at `bps` bytes a step, its total scaled alike (kept where its own figure was none)."""
+    total = s.total_bytes * bps / s.bytes_per_step if s.bytes_per_step > 0 else s.total_bytes
+    return replace(s, bytes_per_step=bps, total_bytes=total)
 
 
 def _explained(
@@ -260,11 +261,11 @@ def _adds(culprit: Suspect, symptom: Suspect, findings: list[Finding], entries: 
         return bps
     locations = {culprit.location, *entries.get(culprit.location, ())}
     for f in findings:
-        count, steps = (f.data.get("count"), f.data.get("steps")) if isinstance(f.data, dict) else (None, None)
-        per_step = f.data.get("per_step") if isinstance(f.data, dict) else None
+        data = f.data if isinstance(f.data, dict) else {}
+        count, steps, per_step = data.get("count"), data.get("steps"), data.get("per_step")
         if f.location in locations and count and steps and len(count) >= 2 and steps[-1] > steps[0]:
             locations.discard(f.location)
-            span, grad = steps[-1] - steps[0], f.data.get("grad") or (0, 0)
+            span, grad = steps[-1] - steps[0], data.get("grad") or (0, 0)
             bps += TENSOR_HOST_OVERHEAD * max(0.0, (count[-1] - count[0]) / span)
             bps += GRAD_FN_HOST_OVERHEAD * max(0.0, (grad[-1] - grad[0]) / span)
         elif f.location in locations and per_step:  # tensors no name holds, counted per step they were made
@@ -320,9 +321,8 @@ def _growing_graphs(findings: list[Finding]) -> set[str]:
     out = set()
     for f in findings:
         data = f.data if isinstance(f.data, dict) else {}
-        if f.leak and any(_rises(data.get(key)) for key in ("nodes", "grad")):
-            out.add(f.location)
-        elif f.leak and (data.get("per_step") or {}).get("grad_fns", 0) > 0:  # no name holds them: made each step
+        made_with_graphs = (data.get("per_step") or {}).get("grad_fns", 0) > 0  # no name holds them: made each step
+        if f.leak and (made_with_graphs or any(_rises(data.get(k)) for k in ("nodes", "grad"))):
             out.add(f.location)
     return out
 

@@ -15,7 +15,6 @@ the same way.
 from __future__ import annotations
 
 import weakref
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ import torch
 
 from . import reach
 from .identity import state_tensors
+from .walk_scope import CONTAINERS
 
 #: Tensors of the optimizer's groups listed at most per walk (the rest is not walked).
 _MAX_LISTED = 4096
@@ -123,7 +123,7 @@ def state_extras(opt: Any) -> Iterator[tuple[str, list]]:
         for p in group.get("params", ()):
             per_param = state.get(p)  # .get: a defaultdict gains no entry
             for k, v in per_param.items() if isinstance(per_param, dict) else ():
-                if isinstance(v, (list, dict, set, deque)):
+                if isinstance(v, CONTAINERS):
                     by_key.setdefault(str(k), []).append(v)
     for k, values in by_key.items():
         yield f"state[...][{k!r}]", values

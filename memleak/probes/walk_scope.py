@@ -256,6 +256,10 @@ def c_note(obj) -> str:
     )
 
 
+#: The containers code fills: a holder of its own even as an item of another; empty, a slot not filled yet.
+CONTAINERS = (list, dict, set, collections.deque)
+
+
 def child_holder(
     holder: str | None, path: str, key: str | None, full: str | None = None, value: Any = None
 ) -> str | None:
@@ -268,7 +272,7 @@ def child_holder(
     assert child is not None  # callers pass a key or a path
     # a holder stays the nearest *named* owner: extend it only along names, never past an index,
     # unless what the name leads to is a container of its own (the growth is in it, not in the outer one)
-    named = "[...]" not in child or type(value) in (list, dict, set, collections.deque)
+    named = "[...]" not in child or type(value) in CONTAINERS
     return child + reach.suffix(holder) if named else holder
 
 
@@ -304,11 +308,8 @@ def filled_slots(seq) -> list | None:
 
 
 def _placeholder(x: Any) -> bool:
-    return isinstance(x, SCALARS) or (type(x) in _EMPTY_SLOTS and not x)
-
-
-#: Containers that, empty, are a slot not filled yet (a bucket per epoch or class made up front).
-_EMPTY_SLOTS = (list, dict, set, collections.deque)
+    # an empty container is a slot not filled yet (a bucket per epoch or class made up front)
+    return isinstance(x, SCALARS) or (type(x) in CONTAINERS and not x)
 
 
 @functools.cache
