@@ -35,6 +35,11 @@ HOST_COLUMNS = ("heap_bytes", "rss_bytes")
 #: memleak's own bytes on the C heap (its bookkeeping, what it imports mid-run): taken off the host
 #: series wherever they are judged or drawn.
 OWN_COLUMN = "memleak_bytes"
+#: Why a run with no iteration has no verdict, and what marks one (the report, the tracker's warning).
+NO_STEPS = (
+    "no iteration was recorded: call tracker.step() at the end of each iteration, or give memleak.track "
+    "the model (each backward pass through its output, or each call, ends one) or optimizer= (each step does)"
+)
 #: What a probe's sample returns while tracemalloc traces (probes/alloc_sites.py): (whether the
 #: step's host reads saw its tables, the bytes of them the sample itself started or freed, whether
 #: tracing stopped since). The tracker empties those reads, keeps the bytes out of its

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..run import HOST_COLUMNS, Run, own_adjusted, step_axis
-from ..schema import ALLOC_SITES_EVENT, Finding, Kind, Shape, to_jsonable
+from ..schema import ALLOC_SITES_EVENT, NO_STEPS, Finding, Kind, Shape, to_jsonable
 from ..units import fmt_bytes
 from .growth_shape import MIN_POINTS, Verdict, classify, label_warmup, warmup_length
 from .thresholds import min_rel_growth
@@ -113,7 +113,8 @@ def analyze_growth(run: Run, column: str | None = None, min_rel: float | None = 
     capacity = _capacity(run, column)
     series = memory_series(run, column)
     if series is None:
-        return _empty(column, Shape.NO_DATA, capacity, 0, 0, f"no usable values of {column or 'any memory column'}")
+        why = NO_STEPS if not len(run.steps) else f"no usable values of {column or 'any memory column'}"
+        return _empty(column, Shape.NO_DATA, capacity, 0, 0, why)
     pos, x_raw, y_raw = series
     if len(y_raw) < MIN_POINTS:
         return _empty(

@@ -204,7 +204,7 @@ class ZeroCodeSession:
         self._anchor = weakref.ref(optimizer) if optimizer is not None else None
         self.model_name = type(model).__name__ if model is not None else None
         self.tracker = Tracker(model, optimizer=optimizer, out=self.out, level=self.level, **self.tracker_options)
-        self.tracker._boundaries.auto = True  # no tracker.step() here: backward passes and calls may mark
+        self.tracker._boundaries.grace = 0  # tracking started at the model's second call already
         self.tracker.start()
 
     def _find_model(self, optimizer):

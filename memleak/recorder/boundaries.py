@@ -25,17 +25,20 @@ Sources, strongest first (`schema.Boundary`); once a stronger one is seen, weake
     Backward passes inside ``optimizer.step()`` (an LBFGS closure) never count, and with several
     optimizers any one's step counts as a step in between: a GAN's discriminator step may follow a
     backward pass that also wrote the generator's gradients.
-- with ``auto`` (``memleak run``, where the loop cannot call ``tracker.step()``), when no optimizer
-  step was seen: each backward pass through the model's output (weights updated by hand), or,
-  with no model, each backward pass (`before_backward`), and before any backward pass, each call
-  of the model (inference). ``memleak.track`` leaves them off:
-  a loop that calls ``tracker.step()`` would see iterations split before its first call.
+- when no optimizer step was seen and the loop has not called ``tracker.step()`` (yet): each
+  backward pass through the model's output (weights updated by hand), or, with no model, each
+  backward pass (`before_backward`: ``memleak run`` wraps ``torch.autograd.backward``), and
+  before any backward pass, each call of the model (inference). Under ``memleak.track`` the
+  first `GRACE` of them end none: a loop that calls ``tracker.step()`` calls it before, and its
+  first iteration is not split (what a hook saw end is dropped); one that does not has its first
+  iteration span them.
 
 What the hooks see in the middle of a step (a backward pass may end in an autograd thread) is
-recorded at the next point where the loop is between iterations: the model's next call (with
-``auto``), the next optimizer step, ``tracker.step()``, or the tracker's close. ``auto`` needs
+recorded at the next point where the loop is between iterations: the model's next call, the
+next optimizer step, ``tracker.step()``, or the tracker's close. The model's calls are seen by
 global module hooks filtered by identity (nothing is attached to the user's modules, so they pickle
-and copy as they were; they cost every module call a little, so only ``auto`` has them) and a
+and copy as they were; they cost every module call a little, so they are installed only for a
+model given without an optimizer, and removed at the first ``tracker.step()``) and a
 pre-hook on the autograd node of the model's output, gone with its graph. Every hook holds this
 object only weakly, and does nothing once it is removed.
 """
@@ -61,6 +64,9 @@ from .outside_compile import add_step_hook, only_memleaks_step_hooks, outside_dy
 from .scaler_skips import ScalerSkips
 
 STRENGTH = {None: -1, Boundary.FORWARD: 0, Boundary.BACKWARD: 1, Boundary.OPTIMIZER: 2, Boundary.CALL: 3}
+# memleak.track: the first calls of the model and backward passes end no iteration (`grace`: a
+# loop that calls tracker.step() calls it before more than this many; memleak run sets none).
+GRACE = 3
 # Output nodes whose hooks are removed at close; older graphs are gone (or kept by a leak, where
 # the hook stays inert).
 MAX_NODE_HANDLES = 64
@@ -87,7 +93,6 @@ class Boundaries:
         self._in_optimizer = in_optimizer  # told when torch's own optimizer step starts and ends (`_hook_optimizer`)
         self._paused: list[bool] = []  # per optimizer.step() running, whether it told `in_optimizer`
         self.mode: Boundary | None = None  # the strongest source seen so far
-        self.auto = False  # backward passes and calls of the model may end iterations (memleak run)
         self.kind: Boundary | None = None  # that of the last iteration recorded (the Tracker sets it)
         self.pending: Boundary | None = None  # seen in a hook, recorded at the next safe point
         self.skips_seen = 0  # iterations without a step the gradient hook saw end, not yet recorded
@@ -108,11 +113,12 @@ class Boundaries:
         self._opt_handles: list[Any] = []
         self._param_handles: list[Any] = []  # the gradient hook (`_hook_parameter`), off once tracker.step() ends steps
         self._node_handles: deque[Any] = deque(maxlen=MAX_NODE_HANDLES)
+        self.grace = GRACE  # calls of the model and backward passes still to end no iteration
         self.active = False
 
     # ------------------------------------------------------------ install / remove
     def install(self, model: Any, optimizers: list[Any]) -> None:
-        """Hook the optimizers (the last one ends each iteration) and, with ``auto``, the model's calls."""
+        """Hook the optimizers (the last one ends each iteration) and, with none, the model's calls."""
         self.active = True
         if optimizers and self.mode is not Boundary.CALL:
             self.mode = Boundary.OPTIMIZER
@@ -125,7 +131,7 @@ class Boundaries:
             self._hook_parameter(optimizers[-1])  # the autograd engine calls it, compiled model or not
         if is_compiled(model):
             return  # under torch.compile, module hooks would run inside the compiled region
-        if model is None or self.mode is not None or not self.auto:
+        if model is None or self.mode is not None:
             return
         self._model_ref, self._model_id = weakref.ref(model), id(model)
         me = weakref.ref(self)
@@ -302,8 +308,7 @@ class Boundaries:
         gf = _first_grad_fn(output)
         if gf is not None:
             self._node_handles.append(gf.register_prehook(self._backward_start_hook()))
-        if self.auto and STRENGTH[self.mode] <= STRENGTH[Boundary.FORWARD] and not self.in_step:
-            self.mode = self.pending = Boundary.FORWARD
+        self._seen_end(Boundary.FORWARD)
 
     def _backward_start_hook(self) -> Callable[[Any], None]:
         """A gradient hook (on a parameter or the model output's grad_fn) that says a backward pass
@@ -348,8 +353,17 @@ class Boundaries:
         self._others_at = self.scaler_skips.other_steps
         if self.mode is Boundary.OPTIMIZER:
             self._grad = self._grad_state()
-        elif self.auto and STRENGTH[self.mode] <= STRENGTH[Boundary.BACKWARD] and not self.in_step:
-            self.mode = self.pending = Boundary.BACKWARD
+        else:
+            self._seen_end(Boundary.BACKWARD)
+
+    def _seen_end(self, kind: Boundary) -> None:
+        """A call of the model returned, or a backward pass ended: it ends the iteration, unless a
+        stronger source ends them or the first few are still to pass (`grace`)."""
+        if STRENGTH[self.mode] > STRENGTH[kind] or self.in_step:
+            return
+        if not self.grace:
+            self.mode = self.pending = kind
+        self.grace = max(0, self.grace - 1)
 
     def before_backward(self) -> None:
         """`memleak run` of a script with no model and no optimizer step: a backward pass is about

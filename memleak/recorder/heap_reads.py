@@ -60,6 +60,9 @@ class HeapReads:
         self.window: tuple[int, int, float] | None = None
         self.closed = False
 
+    def own_bytes(self) -> float:
+        return self.own
+
     def read(self) -> int:
         """A read now, its time counted."""
         t0 = time.perf_counter()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from .. import schema
 from ..errors import UsageError
 from ..io import RecordSink, RunWriter
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
@@ -102,6 +103,8 @@ class Tracker:
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.close(exc)
+        if exc is None and not self._step:  # a block that ran and recorded nothing: say why at once
+            log.warning("memleak: %s", schema.NO_STEPS)
         return False  # never swallow the loop's exception
 
     def start(self) -> Tracker:
@@ -326,17 +329,14 @@ class Tracker:
             self._set_detail(step + 1, *change)
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
-            now_read = functools.partial(read_now, heap=self._heap, own=self._own_bytes, device=self.device)
+            own = heap.own_bytes if heap is not None else lambda: 0.0  # memleak's own bytes on the heap
+            now_read = functools.partial(read_now, heap=self._heap, own=own, device=self.device)
             live.run(step, self.meta, self._started_sink(), now_read, self._on_leak_confirmed)
             if heap is not None:
                 heap.own += int(live.own_delta)  # what it kept on the heap (see LiveCheck.run)
             live.own_delta = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
             self._begin(step)
-
-    def _own_bytes(self) -> float:
-        """memleak's own bytes on the heap so far (0 where the heap is not read)."""
-        return 0 if self._heap_reads is None else self._heap_reads.own
 
     def _plain_step(self) -> bool:
         """Whether the step that ends recorded the counters alone (no probe's detail, no check)."""
