@@ -171,3 +171,26 @@ def test_lists_the_code_keeps_in_the_optimizers_state_are_one_holder_but_its_own
     st = w.holders["opt.state[...]['grad_norms']"]
     assert st.count == 3 * 4 and st.kind == "optimizer_attr"  # four parameters, one holder
     assert not any("momentum" in name for name in w.holders)
+
+
+def test_lbfgs_curvature_history_is_its_own_state_not_a_holder():
+    """torch.optim.LBFGS keeps its last `history_size` directions in lists in its state (old_dirs,
+    old_stps, ro, al): bounded, and torch's own; a list the code keeps beside them is still named."""
+    model = nn.Sequential(nn.Linear(8, 4), nn.Linear(4, 2))
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=4)
+    x = torch.randn(16, 8)
+    for _ in range(3):
+
+        def closure():
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        opt.state[next(model.parameters())].setdefault("losses", []).append(closure())
+    assert len(opt.state[next(model.parameters())]["old_dirs"]) > 2
+    exclude, _ = excluded_ids(model, opt)
+    w = walk_roots(step=3, model=model, optimizer=opt, ages=Ages(), exclude=exclude, frames=[sys._getframe()])
+    assert not any(k in name for name in w.holders for k in ("old_dirs", "old_stps", "'ro'", "'al'"))
+    assert "opt.state[...]['losses']" in w.holders

@@ -111,19 +111,25 @@ def group_extras(opt: Any) -> Iterator[tuple[str, Any]]:
                 yield f"param_groups[{i}][{k!r}]", v
 
 
+#: The lists torch.optim.LBFGS keeps in its state (torch/optim/lbfgs.py): torch's own, not the code's.
+TORCH_STATE_LISTS = frozenset({"old_dirs", "old_stps", "ro", "al"})
+
+
 def state_extras(opt: Any) -> Iterator[tuple[str, list]]:
     """(name, the containers) of each key under which the code keeps a container in the
     optimizer's per-parameter state (``opt.state[p].setdefault("norms", []).append(...)``), one
-    holder for all parameters: torch's optimizers keep tensors and numbers there, not lists."""
+    holder for all parameters: torch's optimizers keep tensors and numbers there, not lists
+    (LBFGS aside: its curvature history, bounded by ``history_size``, is lists)."""
     state = getattr(opt, "state", None)
     if not isinstance(state, dict):
         return
+    own = TORCH_STATE_LISTS if type(opt).__module__.startswith("torch.optim") else ()
     by_key: dict[str, list] = {}
     for group in getattr(opt, "param_groups", None) or ():
         for p in group.get("params", ()):
             per_param = state.get(p)  # .get: a defaultdict gains no entry
             for k, v in per_param.items() if isinstance(per_param, dict) else ():
-                if isinstance(v, CONTAINERS):
+                if isinstance(v, CONTAINERS) and k not in own:
                     by_key.setdefault(str(k), []).append(v)
     for k, values in by_key.items():
         yield f"state[...][{k!r}]", values
