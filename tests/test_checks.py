@@ -1,5 +1,5 @@
 """Level auto's checks: one deep step (tagging and the reference walk) at steps CHECK_RATIO apart
-once the young steps ended, so that a holder gaining a tensor every few steps (too little for the
+once the young steps ended (the first FIRST_CHECK_RATIO times their end), so that a holder gaining a tensor every few steps (too little for the
 growth screen) or a leak that starts after a quiet start is counted at a few steps over the run."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def test_checks_come_at_steps_check_ratio_apart_after_a_quiet_start():
             assert auto.check(step, (), turn_off=None) is None  # no probe saw anything: no window
             checks.append(step + 1)
     young = escalation.YOUNG_STEPS  # no probes: the young steps never end early
-    assert checks[0] == int(escalation.CHECK_RATIO * young)
+    assert checks[0] == int(escalation.FIRST_CHECK_RATIO * young)
     assert all(b == -(-escalation.CHECK_RATIO * a // 1) for a, b in zip(checks, checks[1:], strict=False))
     assert auto.checks == len(checks) and auto.windows == 0  # checks are no windows
     assert not auto.on  # a check turns no detail on: the walk runs at the end of a counters step

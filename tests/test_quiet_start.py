@@ -39,11 +39,11 @@ def test_a_clean_loop_pays_for_eight_young_steps_not_thirty_two():
     spans = report.run.detail_spans()
     q = escalation.QUIET_AT
     assert spans == [(0, q - 1, "full", "start"), (q, 39, "counters", "quiet")], spans
-    checks, nxt = [], math.ceil(escalation.CHECK_RATIO * q)  # then walks at the ends of steps CHECK_RATIO apart
+    checks, nxt = [], math.ceil(escalation.FIRST_CHECK_RATIO * q)  # then walks at the ends of steps CHECK_RATIO apart
     while nxt <= 40:
         checks.append(nxt - 1)
         nxt = math.ceil(escalation.CHECK_RATIO * nxt)
-    assert report.run.check_steps() == checks == [15, 31]
+    assert report.run.check_steps() == checks == [11, 23]
     assert report.verdict.value == "clean", str(report)
     assert f"full detail on steps 0-{q - 1} (start)" in str(report)
     assert f"the young steps ended at step {q}: nothing survived or grew in them" in " ".join(str(report).split())

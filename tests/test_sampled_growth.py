@@ -209,6 +209,17 @@ def test_a_holder_that_starts_filling_late_is_given_its_rate_since_then():
     assert sustained_rise(steps, steady, 2)["slope"] == 3.0
 
 
+
+def test_a_holder_that_starts_filling_halfway_is_judged_on_its_samples_since_then():
+    """A loss history turned on halfway through a 30-step run: empty on the first walks, then one
+    more each step. Its few samples since it began are mostly rises; over all samples they are not."""
+    steps = [1, 3, 7, 11, 23, 29]
+    held = [0, 0, 0, 0, 8, 14]
+    trend = sustained_rise(steps, held, 2)
+    assert trend is not None and trend["n"] == 3  # judged on the last empty walk and the two since
+    assert 0.5 < trend["confidence"] < 0.95  # three samples: less sure than a long rise
+    assert sustained_rise(steps[:-1], held[:-1], 2) is None  # one rise after the flat start is no trend
+
 def _evidence(records, holder="cache") -> str:
     found: dict = {}
     holder_findings(records, {}, None, found, set())

@@ -58,28 +58,31 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
         return None
     if refills_level(v, threshold):
         return None
-    d = np.diff(v)
+    # where it started rising: a holder that filled only from a late step on (a leak that began
+    # halfway) is judged from the last sample of its flat start, not diluted by the flat samples
+    k = int(np.flatnonzero(v <= v[0])[-1])
+    late = n - k >= MIN_SAMPLES and bool((v[: k + 1] == v[0]).all())
+    tail = v[k:] if late else v
+    d = np.diff(tail)
+    m = len(tail)
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
-    stairs = staircase(x, v, pos, neg)
-    if not stairs and (pos < max(2, 0.5 * (n - 1)) or neg > 0.25 * (n - 1)):
+    stairs = staircase(x[k:] if late else x, tail, pos, neg)
+    if not stairs and (pos < max(2, 0.5 * (m - 1)) or neg > 0.25 * (m - 1)):
         return None
-    mid = n // 2
-    if not (v[-1] > v[mid] and v[mid] >= v[0]):  # still growing in the second half: not a filling cache
+    mid = m // 2
+    if not (tail[-1] > tail[mid] and tail[mid] >= tail[0]):  # still growing in the second half: not a filling cache
         return None
     if plateaued(x, v, min_rise) or decelerated(x, v, min_rise):
         return None
-    # the rate since it started rising: a holder that filled only from a late step on (a leak
-    # that began at step 200) would have its rate diluted by the flat samples before
-    k = int(np.flatnonzero(v <= v[0])[-1])
     slope = _theil(x[k:], v[k:]) if n - k >= 2 else _theil(x, v)
-    mono = max(pos / (n - 1), 0.5 if stairs else 0.0)
-    conf = 0.5 + 0.45 * min(1.0, mono * min(1.0, (n - 1) / 5))
+    mono = max(pos / (m - 1), 0.5 if stairs else 0.0)
+    conf = 0.5 + 0.45 * min(1.0, mono * min(1.0, (m - 1) / 5))
     return {
         "slope": slope,
         "rise": float(rise),
         "first": float(v[0]),
         "last": float(v[-1]),
-        "n": n,
+        "n": m,
         "confidence": round(conf, 3),
         "span": int(x[-1] - x[0]),
     }

@@ -27,8 +27,8 @@ holder's count is sampled once more: a holder kept every few steps gets its late
 
 Checks (`check`): once the young steps ended, the reference walk alone at the end of a step
 (`Probe.check`: no tagging in the step, a fifth of a deep step's cost) at steps `CHECK_RATIO`
-apart, outside the windows' budget (a log(n) cost): a holder gaining a tensor every 10 or 20
-steps, too little for the growth screen, is counted at a few steps over the run. After a quiet
+apart (the first sooner), outside the windows' budget (a log(n) cost): a holder gaining a tensor
+every 10 or 20 steps, too little for the growth screen, is counted at a few steps over the run. After a quiet
 start, the first check that sees anything survive or grow (`Probe.quiet`) opens a growth window
 at once: a leak that began after the young steps is sampled while it runs.
 
@@ -92,10 +92,13 @@ UNMEASURED_DETAIL = 1.0
 #: A growth window waits until the run is this many times as long as when the last one opened.
 GROWTH_SPACING = 2.0
 #: Checks: one reference walk each (each holder's count) once the young steps ended,
-#: at steps each CHECK_RATIO times the last (from CHECK_RATIO times the young steps' end), so that
-#: a holder that gains a tensor every few steps, too little for the growth screen, is counted at a
-#: few steps spread over the run (a log(n) cost, like the young steps', not a share of the run).
+#: at steps each CHECK_RATIO times the last (from FIRST_CHECK_RATIO times the young steps' end), so
+#: that a holder that gains a tensor every few steps, too little for the growth screen, is counted
+#: at a few steps spread over the run (a log(n) cost, like the young steps', not a share of the run).
 CHECK_RATIO = 2.0
+#: ...the first one sooner: a short run (30 steps) gets two, and a leak that starts halfway is
+#: walked while it runs, not only at the end (one sample of it is no trend).
+FIRST_CHECK_RATIO = 1.5
 #: The growth screen: Kendall's tau over the last SCREEN_ROWS values (at least SCREEN_MIN_ROWS)...
 SCREEN_ROWS = 64
 SCREEN_MIN_ROWS = 8
@@ -255,14 +258,14 @@ class AutoLevel:
                 self.detail_steps += 1
             elif QUIET_AT <= nxt < self.until and quiet(probes, series):
                 self.until = self.screen_from = nxt
-                self.next_check = math.ceil(CHECK_RATIO * nxt)
+                self.next_check = math.ceil(FIRST_CHECK_RATIO * nxt)
                 self.quiet_start = True
                 self.on = self.young = False
                 return False, DetailReason.QUIET
             if nxt < self.until:
                 return None
             if self.young:
-                self.next_check = math.ceil(CHECK_RATIO * nxt)
+                self.next_check = math.ceil(FIRST_CHECK_RATIO * nxt)
             self.screen_from = self.until
             self.on = self.young = False
             return False, DetailReason.WINDOW_END
