@@ -379,3 +379,14 @@ def test_saved_tensors_evidence_names_the_sites_of_the_record_its_total_comes_fr
     (loc, f), = findings.items()
     line = next(e for e in f["evidence"] if e.startswith("autograd still holds"))
     assert loc == "train.py:8" and "on 8 earlier sampled steps (saved at train.py:8)" in line, line
+
+
+def test_a_list_that_keeps_each_link_of_a_chain_is_a_container_not_the_carrier():
+    """`ema = 0.9 * ema + 0.1 * loss; hist.append(ema)`, first walked long after it began (35 links
+    kept): the list reads linked (its newest link is built on the one before), but it gains one each
+    step; the chain's carrier `ema` is named here, the list by the culprits detector."""
+    rows = [
+        [_row("ema", 200 + 10 * s, i > 0), {**_row("hist", 200 + 10 * s, i > 0), "count": 35 + s}]
+        for i, s in enumerate(STEPS)
+    ]
+    assert [f.location for f in graphs.detect(_run(rows))] == ["ema"]

@@ -57,8 +57,11 @@ def _carrier(series: list[tuple[int, HolderRow]]) -> dict | None:
     rise = float(last.nodes) - float(first.nodes)
     if last_step <= first_step or (rise < MIN_NODE_RISE and not last.capped):
         return None
-    if float(last.count) > 1.5 * float(first.count) + 1:
-        return None  # a growing container, not a carrier: the culprits detector names it
+    counts = [float(row.count) for _, row in series]
+    if counts[-1] > 1.5 * counts[0] + 1 or (counts[-1] >= counts[0] + 2 and counts == sorted(counts)):
+        # a growing container, not a carrier (one of a chain's links kept each step, `hist.append(ema)`,
+        # reads linked too): the culprits detector names it, and the chain's own carrier is named here
+        return None
     nodes = [float(row.nodes) for _, row in series]
     if any(
         b < 0.9 * a for a, b in zip(nodes, nodes[1:], strict=False)
