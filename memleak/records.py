@@ -335,9 +335,10 @@ class ModulesRecord(_Record):
     modules: tuple[ModuleRow, ...] = ()  # the modules that ran or left outputs alive
     alive: tuple[ModuleOutputs, ...] = ()  # outputs from earlier detail steps still alive
     registered: tuple[RegisteredRow, ...] = ()  # modules whose registered entries changed in number
+    input_shape: str = ""  # the model's first input tensor's shape on the detail step ("16x3x32x32")
 
     NESTED = {"modules": ModuleRow, "alive": ModuleOutputs, "registered": RegisteredRow}
-    OPTIONAL = frozenset({"registered"})
+    OPTIONAL = frozenset({"registered", "input_shape"})
 
 
 # ---------------------------------------------------------------- events

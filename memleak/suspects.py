@@ -7,6 +7,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 
+from .detect.new_shapes import per_shape_growth
 from .detect.thresholds import GRAD_FN_HOST_OVERHEAD, TENSOR_HOST_OVERHEAD
 from .schema import HOST_COLUMNS, Finding, Kind, Suspect
 from .units import fmt_bytes, where_ranks
@@ -79,7 +80,7 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
     ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=score, reverse=True), stored, entries)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:
-        return _bounded_growth(ranked, findings, entries)
+        return _per_shape(_bounded_growth(ranked, findings, entries), findings)
     growing = _growing_graphs(findings)
     if not any(s.leak and s.kind in SYMPTOMS for s in ranked):
         ranked = [_as_graph(s, measured_bps, findings) if s is culprits[0] else s for s in ranked]
@@ -207,6 +208,13 @@ def _bounded_growth(ranked: list[Suspect], findings: list[Finding], entries: Map
                 adds.update({c.location: _adds(c, s, findings, entries) for c in fill})
         out.append(s)
     return [_resized(s, adds[s.location]) if s.location in adds else s for s in out]
+
+
+def _per_shape(ranked: list[Suspect], findings: list[Finding]) -> list[Suspect]:
+    """Host growth that no culprit explains while the model's input keeps taking new shapes is
+    no leak: native code keeps something per new shape (`detect/new_shapes.py`)."""
+    why = {f.location: f.data["new_shapes"] for f in findings if isinstance(f.data, dict) and f.data.get("new_shapes")}
+    return [per_shape_growth(s, why[s.location]) if s.leak and s.location in why else s for s in ranked]
 
 
 def _resized(s: Suspect, bps: float) -> Suspect:

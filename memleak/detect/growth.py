@@ -31,6 +31,7 @@ from ..run import HOST_COLUMNS, Run, own_adjusted, step_axis
 from ..schema import ALLOC_SITES_EVENT, NO_STEPS, Finding, Kind, Shape, to_jsonable
 from ..units import fmt_bytes
 from .growth_shape import MIN_POINTS, Verdict, classify, label_warmup, warmup_length
+from .new_shapes import shapes_note
 from .thresholds import min_rel_growth
 from .trend import bin_series
 
@@ -333,6 +334,8 @@ def _finding(run: Run, g: Growth, kind: Kind, fix: str) -> Finding:
                 "capacity_bytes": g.capacity_bytes,
                 "steps_to_full": g.steps_to_full,
                 "seconds_to_full": g.seconds_to_full,
+                # host growth that no culprit explains may follow new input shapes (new_shapes.py)
+                "new_shapes": shapes_note(run) if g.column in HOST_COLUMNS else None,
             }
         ),
     )

@@ -133,6 +133,7 @@ class ModuleProbe(Probe):
         self.bw_open: dict[int, int] = {}
         self.detail = False
         self.detail_step: int | None = None
+        self.input_shape = ""  # of the model's first input tensor on the detail step ("16x3x32x32")
         self.details = 0  # detail steps so far that may read the counter
         self.measure = False  # this detail step reads the counter
         self.outputs: list[tuple[Any, int, int, int]] = []  # (weakref, module index, step, bytes)
@@ -195,6 +196,9 @@ class ModuleProbe(Probe):
                 return
             self.fwd[i] += self.count() - start
         self.calls[i] += 1
+        if i == 0 and not self.input_shape and self.detail:  # the model's first call: its input's shape
+            t = next(iter(_tensors(inputs, 2)), None)
+            self.input_shape = "x".join(map(str, t.shape)) if t is not None else ""
         if self.detail:
             try:
                 for t in _tensors(output):
@@ -314,7 +318,9 @@ class ModuleProbe(Probe):
             modules=tuple(rows),
             alive=tuple(kept),
             registered=self.registry.rows(model, opt) if model is not None else (),
+            input_shape=self.input_shape,
         )
+        self.input_shape = ""
         self.ctx.emit(RecordType.MODULES, rec.to_dict())
         self.last_calls = sum(self.calls)
         self.calls = [0] * len(self.paths)
