@@ -89,3 +89,42 @@ def test_rss_memleak_takes_when_it_imports_mid_run_is_not_the_programs():
     ax = report.plot().axes[0]  # memory.png draws the series that grows, with its trend
     assert ax.get_title(loc="left").startswith("rss_bytes: linear (leak)")
     assert "process RSS" in [line.get_label() for line in ax.get_lines()]
+
+
+
+def _rss_run(free_per_step: float) -> memleak.Run:
+    """80 steps of a flat C heap and RSS growing 400 KiB a step, its free bytes growing
+    `free_per_step` (as glibc reports them beside RSS)."""
+    import pandas as pd
+
+    n = 80
+    steps = pd.DataFrame({
+        "step": range(n), "time": [0.01 * i for i in range(n)],
+        "heap_bytes": [112 * MIB + (i % 3) * 512 for i in range(n)],
+        "rss_bytes": [300 * MIB + 400 * 1024 * i for i in range(n)],
+        "heap_free_bytes": [2 * MIB + free_per_step * i for i in range(n)],
+    })
+    return memleak.Run({"device": "cpu", "level": "counters"}, steps)
+
+
+def test_rss_grown_by_freed_memory_malloc_keeps_is_fragmentation_not_a_leak():
+    """RSS rising while the heap's bytes in use stay flat and its free bytes (glibc's fordblks: freed
+    memory kept for reuse, behind allocations that pin it) rise with it: the heap is fragmented (a
+    `torch.stack` of a deque of 50 feature maps each step grew them 8 -> 28 MiB, RSS with them)."""
+    report = memleak.analyze(_rss_run(300 * 1024))
+    assert report.verdict != "leak", str(report)
+    top = report.suspects[0]
+    assert (top.kind, top.location, top.leak) == ("fragmentation", "rss_bytes", False), str(report)
+    assert any("free bytes" in e for e in top.evidence) and "MALLOC_TRIM_THRESHOLD_" in top.fix
+    assert not any(e.startswith("at this rate") for e in top.evidence)
+    outside = memleak.analyze(_rss_run(0.0))  # free bytes flat: what grows is outside malloc, as before
+    assert outside.verdict == "leak" and outside.suspects[0].kind == "linear_growth"
+    assert "outside malloc" in outside.suspects[0].fix
+
+
+def test_the_host_probe_writes_the_heaps_free_bytes_beside_rss():
+    report = _train(40, lambda step: None)
+    steps = report.run.steps
+    assert "heap_free_bytes" in steps
+    read = steps["rss_bytes"].notna()
+    assert (steps.loc[read, "heap_free_bytes"] > 0).all() and steps.loc[~read, "heap_free_bytes"].isna().all()

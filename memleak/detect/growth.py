@@ -22,6 +22,7 @@ and the shape, on the statistics of growth_stats.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -77,6 +78,13 @@ OUTSIDE_HEAP_FIX = (
     "where it reaches them), or memory-mapped files read for the first time (np.memmap, "
     "torch.load(mmap=True), a dataset on a memory-mapped file: their pages count in RSS until the whole "
     "file has been read once, and are no leak)."
+)
+#: RSS growth that the C heap's free bytes account for this share of, or more, is fragmentation.
+FREED_KEPT_SHARE = 0.4
+FREED_KEPT_FIX = (
+    "No leak of yours: allocations of varying sizes left freed memory that malloc keeps for reuse, and "
+    "RSS counts it. It levels off once the pattern of sizes repeats; to hand more back to the system, "
+    "set MALLOC_TRIM_THRESHOLD_ (or MALLOC_ARENA_MAX=2), or preload jemalloc or tcmalloc."
 )
 HOST_FIX = (
     "Host memory grows every step. Look for host-side lists or dicts that grow each "
@@ -172,7 +180,8 @@ def detect(run: Run) -> list[Finding]:
         # a CPU run whose C heap stays flat can still grow outside it: RSS is the run's memory too
         r = analyze_growth(run, "rss_bytes")
         if r.leak and g.slope < HEAP_FLAT_SHARE * r.slope and not _file_pages(run, r):
-            findings.append(_finding(run, r, Kind.LINEAR_GROWTH, OUTSIDE_HEAP_FIX))
+            kept = _freed_kept(run, r)
+            findings.append(kept or _finding(run, r, Kind.LINEAR_GROWTH, OUTSIDE_HEAP_FIX))
     host = run.host_column()
     if host is not None and primary not in HOST_COLUMNS:
         h = analyze_growth(run, host, min_rel=min_rel_growth(host, accelerator=True))
@@ -348,6 +357,24 @@ def _file_pages(run: Run, rss: Growth) -> bool:
         return False
     shared = analyze_growth(run, "rss_shared_bytes")
     return shared.slope >= 0.5 * rss.slope
+
+
+def _freed_kept(run: Run, rss: Growth) -> Finding | None:
+    """RSS growth that the C heap's free bytes account for (FREED_KEPT_SHARE of its slope or more):
+    memory freed and kept by malloc for reuse, fragmentation of the heap, no leak. None otherwise."""
+    if "heap_free_bytes" not in run.steps:
+        return None
+    free = analyze_growth(run, "heap_free_bytes")
+    if not free.slope >= FREED_KEPT_SHARE * rss.slope:
+        return None
+    why = (
+        f"of it, the C heap's free bytes (memory freed and kept by malloc for reuse) rose "
+        f"{fmt_bytes(free.slope, signed=True)} per step while its bytes in use stayed flat: the heap is "
+        "fragmented, nothing is kept"
+    )
+    f = _finding(run, rss, Kind.FRAGMENTATION, FREED_KEPT_FIX)
+    evidence = tuple(e for e in f.evidence if not e.startswith("at this rate"))  # it levels off: no projection
+    return dataclasses.replace(f, leak=False, confidence=min(f.confidence, 0.45), evidence=(*evidence, why))
 
 
 def _host_growth_is_tensors(run: Run, g: Growth | None, h: Growth) -> bool:

@@ -55,6 +55,12 @@ def _mallinfo2():
     return fn
 
 
+#: The C heap's free bytes (glibc's fordblks: freed memory malloc keeps for reuse) at the last
+#: heap read, from the same call as its bytes in use; the host probe writes it beside RSS, which a
+#: heap that keeps ever more freed memory grows (fragmentation) while its bytes in use stay flat.
+last_free: list[int | None] = [None]
+
+
 def heap_counter() -> Callable[[], int] | None:
     """A function returning the C heap's bytes in use (arena plus mmap'ed chunks), or None
     where glibc's mallinfo2 is not available."""
@@ -64,6 +70,7 @@ def heap_counter() -> Callable[[], int] | None:
 
     def heap_bytes() -> int:
         i = info()
+        last_free[0] = int(i.fordblks)
         return int(i.uordblks + i.hblkhd)
 
     return heap_bytes
@@ -114,8 +121,8 @@ class HostProbe(Probe):
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
         if step >= RSS_DENSE_STEPS and step % RSS_EVERY:
-            return {"rss_bytes": None, "rss_shared_bytes": None}
-        values: dict[str, Any] = {}
+            return {"rss_bytes": None, "rss_shared_bytes": None, "heap_free_bytes": None}
+        values: dict[str, Any] = {"heap_free_bytes": last_free[0]}
         if self.statm is not None:
             # the file-backed share tells a memory-mapped dataset read for the first time from a leak
             values["rss_bytes"], values["rss_shared_bytes"] = statm_resident(self.statm)
