@@ -196,11 +196,11 @@ class ModuleProbe(Probe):
                 return
             self.fwd[i] += self.count() - start
         self.calls[i] += 1
-        if i == 0 and not self.input_shape and self.detail:  # the model's first call: its input's shape
-            t = next(iter(_tensors(inputs, 2)), None)
-            self.input_shape = "x".join(map(str, t.shape)) if t is not None else ""
         if self.detail:
             try:
+                if i == 0 and not self.input_shape:  # the model's first call: its input's shape
+                    first = next(iter(_tensors(inputs, 2)), None)
+                    self.input_shape = "x".join(map(str, first.shape)) if first is not None else ""
                 for t in _tensors(output):
                     _, nb = tensor_nbytes(t)
                     self.outputs.append((weakref.ref(t), i, self.detail_step, nb))
