@@ -21,14 +21,12 @@ from .culprit_fixes import (
 )
 from .culprit_table import Entries, entry
 from .keyed_holders import fold_keyed
+from .refills import anew_growing, anew_words, refilled
 from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, keeps_new_highs, sustained_rise
 
 #: Graph nodes a holder must gain before a growing graph counts.
 MIN_NODE_RISE = 8
 
-#: A holder whose count is estimated from a long container's ends was emptied in between only when
-#: its old tensors are fewer than this share of what it held before (see `_refilled_at`).
-ESTIMATED_REFILL_SHARE = 0.1
 #: How the evidence names a holder of each kind the walk gives.
 _WHERE = {
     "module_attr": "the module attribute",
@@ -70,6 +68,7 @@ class _HolderSeries:
     cap_at: int | None  # the first sample whose graph hit the walk's node cap
     node_steps: list[int]  # the samples the graph is judged on (up to the cap)
     node_values: list[float]
+    anew: bool = False  # filled anew every step, with more tensors each time (refills.anew_growing)
 
 
 def holder_findings(holders: Sequence[HoldersRecord], hkinds, saved_info, findings: Entries, carried) -> None:
@@ -99,7 +98,9 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None], aged: bool = 
     count_trend = sustained_rise(steps, count, MIN_COUNT_RISE)
     if count_trend and n_tr is None and _aliases_only(nbytes, grad):
         count_trend = None  # more tensors but not one more byte: aliases of storage already held
-    start = _refilled_at(steps, count, _col(rows, "old"), _col(rows, "estimated")) if count_trend and aged else 0
+    at = refilled(steps, count, _col(rows, "old"), _col(rows, "estimated")) if count_trend and aged else []
+    anew = anew_growing(count, at)  # filled anew each step with ever more: it grows all the same
+    start = at[-1] if at and not anew else 0
     if start:  # emptied or replaced since the first sample: only the growth since counts (bytes too)
         count_trend = sustained_rise(steps[start:], count[start:], MIN_COUNT_RISE)
     bytes_trend = sustained_rise(steps[start:], nbytes[start:], 1024, rel_rise=0.5) if max(nbytes) > 0 else None
@@ -119,24 +120,8 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None], aged: bool = 
         cap_at=cap_at,
         node_steps=nsteps,
         node_values=nvals,
+        anew=anew,
     )
-
-
-def _refilled_at(steps: list[int], count: list[float], old: list[float], estimated: list[float]) -> int:
-    """The last sample at which the holder no longer held most of the tensors it held at the latest
-    sample two or more steps before (they would count as old there); 0 when it never let go. A
-    holder that accumulates keeps what it held; one emptied or replaced in between (the tokens of
-    the request in progress, a new list per request, an epoch's outputs cleared at its end) holds
-    new tensors only, however many more than before. A long container's counts are estimated
-    from its ends, and after steps no walk saw its newest end is all new: there only an end with
-    next to nothing old (ESTIMATED_REFILL_SHARE) was emptied."""
-    last = 0
-    for k in range(1, len(steps)):
-        before = next((count[j] for j in range(k - 1, -1, -1) if steps[k] - steps[j] >= 2), 0.0)
-        share = ESTIMATED_REFILL_SHARE if estimated[k] else 0.5
-        if before >= 1 and old[k] < share * before:
-            last = k
-    return last
 
 
 def _aliases_only(nbytes: list[float], grad: list[float]) -> bool:
@@ -208,6 +193,9 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
     f["evidence"].extend(_graph_evidence(name, h, chained, has_grad))
     f["evidence"].extend(_row_notes(h.last))
     f["fix"] = _shaped_fix(name, h, hkind, chained, has_grad, f["data"]["bytes_only"]) or f["fix"]
+    if h.anew:
+        why, f["fix"] = anew_words(name)
+        f["evidence"].append(why)
     if _mostly_views(h.last) and hkind != "hook":  # a hook object's tensors are not the user's to copy
         f["fix"] += (
             " Its tensors are small views (`t[0]`, `t[:, i]`, `t.view(...)`) that each keep their whole base "
