@@ -55,7 +55,7 @@ def detect(run: Run) -> list[Finding]:
     holder_findings(holders, hkinds, saved_info, findings, carried)
     buffer_findings(holders, findings)
     registered_findings(run.module_records, findings)
-    birth_findings(run.births, holders, hkinds, findings)
+    birth_findings(run.births, holders, hkinds, findings, _full_collections(run))
     if saved_info is not None:
         attach_saved(saved_info, findings, hkinds)
     _cap_uncarried_chains(findings, carried)
@@ -195,3 +195,13 @@ def _finding(loc: str, f: dict) -> Finding:
         leak=bool(f["leak"]),
         data=f.get("data", {}),
     )
+
+
+def _full_collections(run: Run) -> list[int] | None:
+    """The steps in which the cyclic collector ran a full collection (RuntimeProbe's
+    `gc_collections`), or None where the run does not say."""
+    if "gc_collections" not in run.steps:
+        return None
+    counts = run.steps[["step", "gc_collections"]].dropna()
+    rose = counts["gc_collections"].diff() > 0
+    return [int(s) for s in counts["step"][rose]]

@@ -71,13 +71,16 @@ class _Group:
         return (self.site, self.holder)
 
 
-def birth_findings(births: Sequence[BirthsRecord], holders: Sequence[HoldersRecord], hkinds, findings: Entries) -> None:
-    """An entry for each (site, holder) whose tensors accumulate or only the cyclic collector frees."""
+def birth_findings(
+    births: Sequence[BirthsRecord], holders: Sequence[HoldersRecord], hkinds, findings: Entries, collected_at=None
+) -> None:
+    """An entry for each (site, holder) whose tensors accumulate or only the cyclic collector frees;
+    `collected_at`: the steps a full collection ran in (None: not recorded, any mass death may be one)."""
     if not births:
         return
     deep = sorted({r.step for r in holders}) or sorted({c.born for r in births for c in r.cohorts})
     b = _Births(births, [_alive_by_key(r) for r in births], deep, holders)
-    cyclic = _collected_cycles(b, hkinds)
+    cyclic = _collected_cycles(b, hkinds, collected_at)
     marked = _cycle_marked(b.groups)
     for key in set(b.groups[-1]) | set(cyclic) | set(marked):
         group = _group(b, key, cyclic, marked)
@@ -85,9 +88,11 @@ def birth_findings(births: Sequence[BirthsRecord], holders: Sequence[HoldersReco
             _survivor_entry(findings, b, group, cyclic, hkinds)
 
 
-def _collected_cycles(b: _Births, hkinds) -> Collected:
+def _collected_cycles(b: _Births, hkinds, collected_at: Sequence[int] | None = None) -> Collected:
     """Survivors that accumulated, then all died at once when Python's cyclic garbage collector ran:
-    a reference cycle (through autograd, a closure, a ctx) frees them only then."""
+    a reference cycle (through autograd, a closure, a ctx) frees them only then. Where the run says
+    when full collections ran (`collected_at`), only a death across one counts: tensors a later
+    walk no longer lists apart (the last walk reaches them through their holder's graphs) live on."""
     cyclic: Collected = {}
     # Only for survivors no root reached (a name from gc referrers at most): a named container
     # emptied at once is a reset (an epoch's metric), not a cycle; so is another thread's local
@@ -102,7 +107,8 @@ def _collected_cycles(b: _Births, hkinds) -> Collected:
             el = [d for d in b.eligible_at(prev.step) if d > last_death.get(key, -1)]
             before = sorted(born for born in cohorts if born in el)
             after = [born for born in b.groups[i].get(key, {}) if born in before]
-            if len(before) >= MIN_COHORTS and len(after) <= max(1, len(before) // 4):
+            ran = collected_at is None or any(prev.step < c <= cur.step for c in collected_at)
+            if ran and len(before) >= MIN_COHORTS and len(after) <= max(1, len(before) // 4):
                 last_death[key] = prev.step
                 if _accumulating(before, el, prev.step):
                     n, _, times = cyclic.get(key, (0, 0, 0))
