@@ -281,9 +281,10 @@ def test_a_retained_graph_headline_says_what_its_graphs_grow_memory_by_beyond_it
     report = memleak.analyze(synthetic_run(27 * 1024, base=1e8, noise=1024))
     graph = Suspect(Kind.RETAINED_GRAPH, "history", 4.0, 116.0, 0.95, ("e",), "f", detectors=("culprits",))
     line = headline(replace(report, suspects=[graph]))
-    assert line.startswith("LEAK: retained_graph at history, +4 B per step in its tensors, while memory grows +27")
+    assert line.startswith("LEAK: retained_graph at history, +27.0 KiB per step with the graphs its tensors keep")
+    assert "(the tensors themselves +4 B)" in line
     # tensors that are most of the growth, another kind, or no clear trend: the suspect's own rate alone
     for s, rep in ((replace(graph, bytes_per_step=20 * 1024), report),
                    (replace(graph, kind=Kind.SURVIVING_TENSORS), report),
                    (graph, replace(report, growth=replace(report.growth, p_value=0.2)))):
-        assert "while memory grows" not in headline(replace(rep, suspects=[s]))
+        assert "with the graphs its tensors keep" not in headline(replace(rep, suspects=[s]))

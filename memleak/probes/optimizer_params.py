@@ -86,8 +86,8 @@ def optimizer_held(opt: Any, exclude: set[int]) -> Iterator[tuple[str, Any, str,
             "param_groups",
             stale,
             "optimizer_params",
-            f"parameters {name} keeps in its param_groups that are not the model's (tracked without a "
-            "model: that it gained after tracking started), with their gradients and its state for them",
+            f"parameters {name} keeps in its param_groups that are not the model's (or, tracked without "
+            "a model, that it gained after tracking started), with their gradients and its state for them",
         )
     extra = foreign_state(opt, exclude)
     if extra:

@@ -42,11 +42,14 @@ def headline(report) -> str:
     if report.leak:
         top = report.suspects[0]
         what = f"{top.kind.value} at {top.location}"
-        if top.bytes_per_step:
-            what += f", {fmt_bytes(top.bytes_per_step, signed=True)} per step"
         if _graphs_weigh_more(top, g):
             # its tensors are the small part: the graphs they keep are what memory grows by
-            what += f" in its tensors, while memory grows {fmt_bytes(g.slope, signed=True)} per step with their graphs"
+            what += (
+                f", {fmt_bytes(g.slope, signed=True)} per step with the graphs its tensors keep "
+                f"(the tensors themselves {fmt_bytes(top.bytes_per_step, signed=True)})"
+            )
+        elif top.bytes_per_step:
+            what += f", {fmt_bytes(top.bytes_per_step, signed=True)} per step"
         line = f"LEAK: {what}"
         if g is not None and g.steps_to_full:
             line += (
