@@ -110,44 +110,40 @@ def test_too_few_samples_decide_nothing():
     assert culprits.detect(_run({"holders": _holders({"history": hist}, STEPS[:2])})) == []
 
 
-def test_unreachable_survivors_freed_at_once_were_held_by_a_cycle():
+def _cycle_records() -> dict:
+    """Unreachable survivors of ops.py:9 that accumulate until step 15, are all gone by the walk at
+    17, and accumulate again."""
     steps = list(range(1, 30, 2))
     births = []
     for s in steps:
-        # accumulate until step 15, all freed by the cyclic collector before 17, accumulate again
         start = 1 if s <= 15 else 15
         cohorts = [{"born": b, "site": "ops.py:9", "holder": "", "count": 1, "bytes": 4096, "grad": 1}
                    for b in steps if start <= b <= s - 2]
         births.append({"step": s, "cohorts": cohorts})
-    holders = [{"step": s, "holders": []} for s in steps]
-    found = culprits.detect(_run({"births": births, "holders": holders}))
+    return {"births": births, "holders": [{"step": s, "holders": []} for s in steps]}
+
+
+def test_unreachable_survivors_freed_at_once_were_held_by_a_cycle():
+    found = culprits.detect(_run(_cycle_records()))
     assert len(found) == 1 and found[0].location == "ops.py:9" and found[0].leak
     assert any("freed all at once" in e for e in found[0].evidence)
-
 
 
 def test_survivors_that_a_later_walk_no_longer_lists_apart_were_not_freed_without_a_collection():
     """The same mass disappearance, where the run's gc_collections says no full collection ran
     between the two walks: the tensors were not freed (an inference loop's graph-saved tensors, listed
     apart by the deep steps and through their holder by the last walk); with one in between, they were."""
-    steps = list(range(1, 30, 2))
-    births = []
-    for s in steps:
-        start = 1 if s <= 15 else 15
-        cohorts = [{"born": b, "site": "ops.py:9", "holder": "", "count": 1, "bytes": 4096, "grad": 1}
-                   for b in steps if start <= b <= s - 2]
-        births.append({"step": s, "cohorts": cohorts})
-    holders = [{"step": s, "holders": []} for s in steps]
 
     def found_with(collections_at):
         gc = [sum(1 for c in collections_at if c <= i) for i in range(40)]
         run = Run({"device": "cpu"}, pd.DataFrame({"step": range(40), "time": range(40), "gc_collections": gc}),
-                  records={"births": births, "holders": holders})
+                  records=_cycle_records())
         return culprits.detect(run)
 
     assert not any("freed all at once" in e for f in found_with([3, 30]) for e in f.evidence)
     collected = found_with([16])  # a full collection in step 16, between the walks at 15 and 17
     assert len(collected) == 1 and any("freed all at once" in e for e in collected[0].evidence)
+
 
 def test_a_named_container_reset_each_epoch_is_not_a_leak():
     steps = list(range(1, 40, 2))
