@@ -33,7 +33,7 @@ from ..schema import ALLOC_SITES_EVENT, NO_STEPS, Finding, Kind, Shape, to_jsona
 from ..units import fmt_bytes
 from .growth_shape import MIN_POINTS, Verdict, classify, label_warmup, warmup_length
 from .new_shapes import shapes_note
-from .thresholds import min_rel_growth
+from .thresholds import min_rel_growth, not_a_leak
 from .trend import bin_series
 
 NAME = "growth"
@@ -374,7 +374,7 @@ def _freed_kept(run: Run, rss: Growth) -> Finding | None:
     )
     f = _finding(run, rss, Kind.FRAGMENTATION, FREED_KEPT_FIX)
     evidence = tuple(e for e in f.evidence if not e.startswith("at this rate"))  # it levels off: no projection
-    return dataclasses.replace(f, leak=False, confidence=min(f.confidence, 0.45), evidence=(*evidence, why))
+    return not_a_leak(dataclasses.replace(f, evidence=evidence), why, FREED_KEPT_FIX)
 
 
 def _host_growth_is_tensors(run: Run, g: Growth | None, h: Growth) -> bool:

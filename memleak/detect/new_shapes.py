@@ -10,17 +10,14 @@ host growth that no culprit explains is not called a leak, and says why (`suspec
 
 from __future__ import annotations
 
-import dataclasses
-
 from ..run import Run
 from ..schema import Suspect
+from .thresholds import not_a_leak
 
 #: Samples whose input shape is new must be at least this many...
 MIN_NEW_SHAPES = 3
 #: ...and this share of the samples that recorded a shape.
 NEW_SHAPE_SHARE = 0.6
-#: The confidence such growth keeps: below what makes a verdict "leak".
-CONFIDENCE = 0.45
 FIX = (
     "Nothing of yours was seen to keep memory: this growth follows the new input shapes. Run longer to see "
     "it level off once every shape has been seen, or feed a few fixed shapes (bucket or pad the inputs to a "
@@ -59,6 +56,4 @@ def shapes_note(run: Run) -> str | None:
 def per_shape_growth(suspect: Suspect, why: str) -> Suspect:
     """A suspect of host growth no culprit explains, as it reads where new input shapes explain it
     (`why`, from `shapes_note`): no leak."""
-    return dataclasses.replace(
-        suspect, leak=False, confidence=min(suspect.confidence, CONFIDENCE), evidence=(*suspect.evidence, why), fix=FIX
-    )
+    return not_a_leak(suspect, why, FIX)

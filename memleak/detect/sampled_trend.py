@@ -61,12 +61,12 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
     # where it started rising: a holder that filled only from a late step on (a leak that began
     # halfway) is judged from the last sample of its flat start, not diluted by the flat samples
     k = int(np.flatnonzero(v <= v[0])[-1])
-    late = n - k >= MIN_SAMPLES and bool((v[: k + 1] == v[0]).all())
-    tail = v[k:] if late else v
+    start = k if n - k >= MIN_SAMPLES and bool((v[: k + 1] == v[0]).all()) else 0
+    tail = v[start:]
     d = np.diff(tail)
     m = len(tail)
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
-    stairs = staircase(x[k:] if late else x, tail, pos, neg)
+    stairs = staircase(x[start:], tail, pos, neg)
     if not stairs and (pos < max(2, 0.5 * (m - 1)) or neg > 0.25 * (m - 1)):
         return None
     mid = m // 2

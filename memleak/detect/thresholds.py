@@ -3,6 +3,9 @@ so the recorder's live screen can skip series that cannot reach it without impor
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 #: The rise must be this share of the series' level besides clearing the noise (growth_stats);
 #: RSS creeps benignly, so it needs more.
 MIN_REL_GROWTH = 0.001
@@ -31,3 +34,15 @@ def min_rel_growth(column: str | None, accelerator: bool = False) -> float:
     if column == "rss_bytes":
         return MIN_REL_GROWTH_HOST
     return MIN_REL_GROWTH_DEVICE_HEAP if accelerator and column == "heap_bytes" else MIN_REL_GROWTH
+
+
+#: What growth explained as no leak (new input shapes, a fragmented heap) keeps as its confidence:
+#: under the bar that makes a verdict "leak".
+NO_LEAK_CONFIDENCE = 0.45
+
+
+def not_a_leak(item: Any, why: str, fix: str) -> Any:
+    """`item` (a Finding or a Suspect of growth) as it reads once `why` explains it as no leak."""
+    return dataclasses.replace(
+        item, leak=False, confidence=min(item.confidence, NO_LEAK_CONFIDENCE), evidence=(*item.evidence, why), fix=fix
+    )
