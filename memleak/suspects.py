@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from .detect.new_shapes import per_shape_growth
+from .detect.slow_records import as_record, slow_record
 from .detect.thresholds import GRAD_FN_HOST_OVERHEAD, TENSOR_HOST_OVERHEAD
 from .schema import HOST_COLUMNS, Finding, Kind, Suspect
 from .units import fmt_bytes, where_ranks
@@ -78,6 +79,7 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
     stored = {f.location: f.data.get("stored", "") for f in findings if isinstance(f.data, dict)}
     entries: dict[str, list[str]] = {}  # a culprit -> the entries of its container folded into it
     ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=score, reverse=True), stored, entries)
+    ranked = sorted(_slow_records(ranked, findings), key=score, reverse=True)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:
         return _per_shape(_bounded_growth(ranked, findings, entries), findings)
@@ -215,6 +217,17 @@ def _per_shape(ranked: list[Suspect], findings: list[Finding]) -> list[Suspect]:
     no leak: native code keeps something per new shape (`detect/new_shapes.py`)."""
     why = {f.location: f.data["new_shapes"] for f in findings if isinstance(f.data, dict) and f.data.get("new_shapes")}
     return [per_shape_growth(s, why[s.location]) if s.leak and s.location in why else s for s in ranked]
+
+
+def _slow_records(ranked: list[Suspect], findings: list[Finding]) -> list[Suspect]:
+    """Holders gaining a small tensor every few steps (a per-epoch record) are no leak
+    (`detect/slow_records.py`)."""
+    data = {f.location: f.data for f in findings if isinstance(f.data, dict) and "count" in f.data}
+    out = []
+    for s in ranked:
+        why = slow_record(s, data[s.location]) if s.leak and s.location in data else None
+        out.append(as_record(s, why) if why else s)
+    return out
 
 
 def _resized(s: Suspect, bps: float) -> Suspect:
