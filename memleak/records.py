@@ -311,17 +311,17 @@ class ModuleOutputs(_Positional):
 
 @dataclass(frozen=True, slots=True)
 class RegisteredRow(_Positional):
-    """A module whose registered entries (submodules, parameters, buffers) changed in number since
+    """A module whose registered entries (submodules, parameters, buffers, hooks) changed in number since
     the probe first saw it: a container that gains a module every step (a list in the file)."""
 
     path: str  # the module's path in the model ("<root>" for the model itself)
-    first: int  # its direct submodules + parameters + buffers when first seen
+    first: int  # its direct submodules + parameters + buffers + hooks when first seen
     entries: int  # ... now
-    bytes: int = 0  # parameters and buffers of its whole subtree
+    bytes: int = 0  # parameters and buffers of its whole subtree (a row of hooks: the hooks' own objects)
     grad_bytes: int = 0  # gradients of those parameters
     state_bytes: int = 0  # the optimizer's state for those parameters
-    newest: str = ""  # the path of its newest entry (`heads.head_29`)
-    grew: str = ""  # the registry that changed most: "submodules", "parameters" or "buffers" ("": older files)
+    newest: str = ""  # the path of its newest entry (`heads.head_29`; hooks: the dict and its newest hook's code)
+    grew: str = ""  # the registry that changed most: "submodules", "parameters", "buffers" or "hooks" ("": older files)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 ``registered`` rows of the ``modules`` records): a module created inside forward() or the training
 loop and assigned to the model (`self.heads[f"head_{step}"] = nn.Linear(...)`,
 `self.blocks.append(...)`, `add_module`, `register_parameter`, `register_buffer` under a new name)
-is kept, with its gradients, for as long as the model lives.
+is kept, with its gradients, for as long as the model lives. A module that gains hooks step after
+step (`register_forward_hook` or `param.register_hook` inside the loop, the handle dropped) runs
+them all on every step, and each keeps what its function refers to (`_hooks_entry`).
 
 Parameters are no survivors and no attribute the walk names, so without these rows only the
 memory categories (parameters grow) or the heap's growth would say anything, and name nothing.
@@ -23,6 +25,9 @@ from .culprit_table import Entries, entry
 from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, sustained_rise
 from .trend import theil
 
+#: The confidence of hooks piling up: a leak, under that of the holder their functions fill.
+HOOKS_CONFIDENCE = 0.6
+
 
 def registered_findings(modules: Sequence[ModulesRecord], findings: Entries) -> None:
     """An entry for every module whose registered entries keep growing in number."""
@@ -37,8 +42,16 @@ def registered_findings(modules: Sequence[ModulesRecord], findings: Entries) -> 
         first = next(r for r in series if r is not None).first
         counts = [float(r.entries if r is not None else first) for r in series]
         trend = sustained_rise(steps, counts, MIN_COUNT_RISE)
-        if trend is not None:
+        if trend is None:
+            continue
+        if _last(series).grew == "hooks":
+            _hooks_entry(findings, path, steps, series, counts, trend)
+        else:
             _entry(findings, path, steps, series, counts, trend)
+
+
+def _last(series: list[RegisteredRow | None]) -> RegisteredRow:
+    return next(r for r in reversed(series) if r is not None)
 
 
 def _entry(findings: Entries, path: str, steps: list[int], series, counts: list[float], trend: dict) -> None:
@@ -92,6 +105,41 @@ def _entry(findings: Entries, path: str, steps: list[int], series, counts: list[
         total=max(f["total"], float(last.bytes + last.grad_bytes + last.state_bytes)),
         fix=fix,
         data={**f["data"], "holder_kind": "registered", "steps": steps, "entries": counts},
+    )
+    f["evidence"].extend(evidence)
+
+
+def _hooks_entry(findings: Entries, path: str, steps: list[int], series, counts: list[float], trend: dict) -> None:
+    """A module that gains a hook on every step: each step runs every hook registered so far, and
+    each keeps what it refers to for as long as the module lives."""
+    seen = [(s, r) for s, r in zip(steps, series, strict=True) if r is not None]
+    last = seen[-1][1]
+    size = _per_step([s for s, _ in seen], [float(r.bytes) for _, r in seen], trend)
+    where = f"`{path}`" if path != "<root>" else "the model"
+    hook_dict, _, code = last.newest.partition(" ")
+    evidence = [
+        f"{where} gains hooks as the run goes: {int(counts[0])} -> {int(counts[-1])} over steps "
+        f"{steps[0]}-{steps[-1]} ({trend['slope']:.2g} per step), most in {hook_dict}"
+        + (f", the newest registered by the function at {code.strip('()')}" if code else ""),
+        "a hook registered inside the loop whose handle is dropped is never removed: every step runs all "
+        "the hooks registered so far (the step slows down) and each keeps what its function refers to",
+    ]
+    fix = (
+        f"{where} gets a new hook on every step: register it once, before the loop, or keep the handle "
+        "(`h = module.register_forward_hook(fn)`, `h = tensor.register_hook(fn)`) and call `h.remove()` "
+        "when its step is done."
+    )
+    location = f"{path}.{hook_dict}" if path != "<root>" else hook_dict
+    f = entry(findings, location, kind=Kind.PYTHON_OBJECTS)
+    f.update(
+        kind=Kind.PYTHON_OBJECTS,
+        leak=True,
+        # under the confidence of a holder of tensors the hooks fill (named first: it is what grows)
+        confidence=max(f["confidence"], min(trend["confidence"], HOOKS_CONFIDENCE)),
+        bps=max(f["bps"], size),
+        total=max(f["total"], float(last.bytes)),
+        fix=fix,
+        data={**f["data"], "holder_kind": "hooks", "steps": steps, "entries": counts},
     )
     f["evidence"].extend(evidence)
 

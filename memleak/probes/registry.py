@@ -1,5 +1,7 @@
 """Modules whose registered entries change in number: a container that gains a submodule or a
-parameter on every step (`self.heads[f"head_{step}"] = nn.Linear(...)` inside forward).
+parameter on every step (`self.heads[f"head_{step}"] = nn.Linear(...)` inside forward), or a
+module that gains a hook on every step (`register_forward_hook` inside the loop, its handle
+dropped: each step runs every hook registered so far).
 
 Such parameters are no survivors and no attribute the walk names (both leave out parameters and
 submodules by identity), and the memory categories only say that parameters grow. On each detail
@@ -10,6 +12,9 @@ when first seen. Only paths and counts are kept (no reference to a module), boun
 
 from __future__ import annotations
 
+import os
+import sys
+
 from ..records import RegisteredRow
 from .identity import state_tensors, user_path
 
@@ -19,12 +24,32 @@ MAX_PATHS = 100_000
 MAX_ROWS = 8
 
 
-#: A module's three registries, in the order `_entries` counts them and rows name them.
-KINDS = ("submodules", "parameters", "buffers")
+#: A module's registries, in the order `_entries` counts them and rows name them.
+KINDS = ("submodules", "parameters", "buffers", "hooks")
+#: The module's hook dicts (`register_forward_hook`, ...), and its parameters' (`p.register_hook`).
+MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+PARAM_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
+#: Hooks whose own objects are sized per row (the newest; the rest counted alike).
+SIZED_HOOKS = 64
 
 
-def _entries(m) -> tuple[int, int, int]:
-    return len(m._modules), len(m._parameters), len(m._buffers)
+def _hook_dicts(m) -> list[tuple[str, dict]]:
+    """(name, dict) of the hooks registered on `m` and on its own parameters."""
+    out = [(h, d) for h in MODULE_HOOKS if (d := getattr(m, h, None))]
+    for name, p in m._parameters.items():
+        out += [(f"{name}.{h}", d) for h in PARAM_HOOKS if p is not None and (d := getattr(p, h, None))]
+    return out
+
+
+def _user_hooks(hooks: dict) -> list:
+    """The hooks in `hooks` that are not memleak's own (the tracker's gradient hook on a parameter
+    comes and goes with it)."""
+    return [fn for fn in hooks.values() if not str(getattr(fn, "__module__", None) or "").startswith("memleak.")]
+
+
+def _entries(m) -> tuple[int, int, int, int]:
+    hooks = sum(len(_user_hooks(d)) for _, d in _hook_dicts(m))
+    return len(m._modules), len(m._parameters), len(m._buffers), hooks
 
 
 def _nbytes(t) -> int:
@@ -38,7 +63,7 @@ class Registry:
     """The number of registered entries of each module path, as first seen."""
 
     def __init__(self) -> None:
-        self.first: dict[str, tuple[int, int, int]] = {}
+        self.first: dict[str, tuple[int, ...]] = {}
 
     def rows(self, model, optimizer=None) -> tuple[RegisteredRow, ...]:
         """A row for each module whose entries differ in number from when it was first seen."""
@@ -61,7 +86,10 @@ class Registry:
         self.first.clear()
 
 
-def _row(path: str, m, first: tuple[int, int, int], n: tuple[int, int, int], state) -> RegisteredRow:
+def _row(path: str, m, first: tuple[int, ...], n: tuple[int, ...], state) -> RegisteredRow:
+    grew = max(range(len(KINDS)), key=lambda i: n[i] - first[i])  # the registry that changed most
+    if KINDS[grew] == "hooks":
+        return _hooks_row(path, m, first, n)
     size = grads = kept = 0
     for p in m.parameters():
         size += _nbytes(p)
@@ -70,9 +98,29 @@ def _row(path: str, m, first: tuple[int, int, int], n: tuple[int, int, int], sta
         kept += sum(_nbytes(v) for v in state_tensors(state, p))
     for b in m.buffers():
         size += _nbytes(b)
-    grew = max(range(3), key=lambda i: n[i] - first[i])  # the registry that changed most
     reg = (m._modules, m._parameters, m._buffers)[grew]
     newest = next(reversed(reg), "")  # dicts keep insertion order: the last one registered
     if newest:
         newest = newest if path == "<root>" else f"{path}.{newest}"
     return RegisteredRow(path, sum(first), sum(n), size, grads, kept, newest, KINDS[grew])
+
+
+def _hooks_row(path: str, m, first: tuple[int, ...], n: tuple[int, ...]) -> RegisteredRow:
+    """The row of a module that gained hooks: `bytes` the hooks' own objects (each function, its
+    closure cells and defaults), `newest` the hook dict that holds most and its newest hook's code."""
+    name, hooks = max(((name, _user_hooks(d)) for name, d in _hook_dicts(m)), key=lambda h: len(h[1]))
+    fns = hooks[-SIZED_HOOKS:]
+    size = sum(_fn_bytes(f) for f in fns) * len(hooks) // max(1, len(fns))
+    code = getattr(getattr(fns[-1], "__func__", fns[-1]), "__code__", None) if fns else None
+    where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code is not None else ""
+    return RegisteredRow(path, sum(first), sum(n), size, 0, 0, f"{name}{where}", "hooks")
+
+
+def _fn_bytes(fn) -> int:
+    """A hook's own objects: the function, its closure cells and its defaults (what it refers to is
+    counted where it is held)."""
+    size = sys.getsizeof(fn)
+    for part in (getattr(fn, "__closure__", None), getattr(fn, "__defaults__", None)):
+        if part:
+            size += sys.getsizeof(part) + sum(sys.getsizeof(c) for c in part if type(c).__name__ == "cell")
+    return size
