@@ -71,11 +71,12 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
     on a device run (what a holder in host memory is compared with; `measured_bps` when None)."""
     groups: OrderedDict[str, list[Finding]] = OrderedDict()
     host = measured_bps if host_bps is None else host_bps
+    growing_model = [f.location for f in findings if f.leak and _data(f).get("holder_kind") == "registered"]
     for f in findings:
         if f.note:
             continue
-        in_host = isinstance(f.data, dict) and f.data.get("host")
-        groups.setdefault(f.location, []).append(_unconfirmed(f, host if in_host else measured_bps))
+        in_host = _data(f).get("host")
+        groups.setdefault(f.location, []).append(_unconfirmed(f, host if in_host else measured_bps, growing_model))
     stored = {f.location: f.data.get("stored", "") for f in findings if isinstance(f.data, dict)}
     entries: dict[str, list[str]] = {}  # a culprit -> the entries of its container folded into it
     ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=score, reverse=True), stored, entries)
@@ -126,7 +127,7 @@ def _graphs_below(ranked: list[Suspect], top: str, measured_bps: float, growing:
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     out = []
     for s in ranked:
-        if s.location == top or s.kind not in _HELD_KINDS or s.location not in growing:
+        if s.location == top or not s.leak or s.kind not in _HELD_KINDS or s.location not in growing:
             out.append(s)
             continue
         rest = measured_bps - sum(c.bytes_per_step for c in culprits if c is not s)
@@ -301,12 +302,23 @@ def _adds(culprit: Suspect, symptom: Suspect, findings: list[Finding], entries: 
 STEADY_SAMPLES = 5
 
 
-def _unconfirmed(f: Finding, measured_bps: float) -> Finding:
+def _data(f: Finding) -> dict:
+    return f.data if isinstance(f.data, dict) else {}
+
+
+def _unconfirmed(f: Finding, measured_bps: float, growing_model: list[str]) -> Finding:
     """A holder that keeps one fresh tensor a step, whose size alone rose on the sampled steps, is no
     leak unless it rose at every sample (STEADY_SAMPLES or more) and memory rises with it: otherwise
-    the sizes merely vary (random sequence lengths), and a few samples happened to rise."""
-    if not (f.leak and isinstance(f.data, dict) and f.data.get("bytes_only")):
+    the sizes merely vary (random sequence lengths), and a few samples happened to rise. Nor is it
+    where the model gains registered parameters or modules (`growing_model`, detect/registered.py):
+    the step's outputs grow with the model."""
+    if not (f.leak and _data(f).get("bytes_only")):
         return f
+    if growing_model:
+        names = ", ".join(growing_model[:2])
+        note = f"the one tensor it holds is new each step, and its size follows the model's: {names} gains entries"
+        fix = f"None needed for this tensor: it is made anew each step at the model's size. Stop {names} growing."
+        return replace(f, leak=False, evidence=(*f.evidence, note), fix=fix)
     sizes = f.data.get("bytes") or []
     steady = len(sizes) >= STEADY_SAMPLES and all(b > a for a, b in zip(sizes, sizes[1:], strict=False))
     if steady and measured_bps >= 0.5 * f.bytes_per_step:

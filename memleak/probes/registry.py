@@ -59,6 +59,21 @@ def _nbytes(t) -> int:
         return 0
 
 
+def _storage_bytes(t, seen: set[int]) -> int:
+    """The bytes of `t`'s storage, once per storage in `seen`: a gradient that autograd stole from
+    the backward pass may be a view whose whole base it keeps (the rows `torch.stack` of a growing
+    list of parameters gives each of them)."""
+    try:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key in seen:
+            return 0
+        seen.add(key)
+        return int(storage.nbytes())
+    except Exception:  # a tensor with no storage of its own (a subclass, a fake tensor)
+        return _nbytes(t)
+
+
 class Registry:
     """The number of registered entries of each module path, as first seen."""
 
@@ -91,10 +106,11 @@ def _row(path: str, m, first: tuple[int, ...], n: tuple[int, ...], state) -> Reg
     if KINDS[grew] == "hooks":
         return _hooks_row(path, m, first, n)
     size = grads = kept = 0
+    grad_storages: set[int] = set()
     for p in m.parameters():
         size += _nbytes(p)
         if p.grad is not None:
-            grads += _nbytes(p.grad)
+            grads += _storage_bytes(p.grad, grad_storages)
         kept += sum(_nbytes(v) for v in state_tensors(state, p))
     for b in m.buffers():
         size += _nbytes(b)
