@@ -25,6 +25,7 @@ def test_a_growing_model_is_named_first_and_its_growing_output_is_no_leak():
     assert top.location == "prototypes" and top.leak, str(report)
     # the gradients keep the whole bases autograd gave them: they explain the heap's growth
     assert any("the symptom it explains: linear_growth of heap_bytes" in e for e in top.evidence), str(report)
+    assert any("keeps its whole base" in e for e in top.evidence), str(report)
     logits = [s for s in report.suspects if s.location == "logits"]
     assert logits and not logits[0].leak, str(report)
     assert logits[0].fix.startswith("None needed for this tensor")

@@ -74,6 +74,14 @@ def _entry(findings: Entries, path: str, steps: list[int], series, counts: list[
         f"its parameters and buffers grow {fmt_bytes(max(0.0, size))} per step (now {fmt_bytes(last.bytes)}), "
         f"their gradients {fmt_bytes(max(0.0, grads))} per step (now {fmt_bytes(last.grad_bytes)})"
         + (f", the optimizer's state for them {fmt_bytes(max(0.0, state))} per step" if last.state_bytes else ""),
+        *(
+            [
+                "their gradients grow faster than the parameters: a gradient autograd handed over as a view keeps its "
+                "whole base (as the rows of `torch.stack` over a growing list of parameters do)"
+            ]
+            if grads > 1.5 * max(size, 0.0) > 0
+            else []
+        ),
         "registered buffers are no tensors a variable keeps: they stay in model.buffers() and state_dict(), "
         "move with model.to(), and are freed only with the model"
         if buffers
