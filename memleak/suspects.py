@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from .detect.new_shapes import per_shape_growth
+from .detect.one_tensor import finding_data, unconfirmed
 from .detect.slow_records import as_record, slow_record
 from .detect.thresholds import GRAD_FN_HOST_OVERHEAD, TENSOR_HOST_OVERHEAD
 from .schema import HOST_COLUMNS, Finding, Kind, Suspect
@@ -71,12 +72,12 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
     on a device run (what a holder in host memory is compared with; `measured_bps` when None)."""
     groups: OrderedDict[str, list[Finding]] = OrderedDict()
     host = measured_bps if host_bps is None else host_bps
-    growing_model = [f.location for f in findings if f.leak and _data(f).get("holder_kind") == "registered"]
+    growing_model = [f.location for f in findings if f.leak and finding_data(f).get("holder_kind") == "registered"]
     for f in findings:
         if f.note:
             continue
-        in_host = _data(f).get("host")
-        groups.setdefault(f.location, []).append(_unconfirmed(f, host if in_host else measured_bps, growing_model))
+        in_host = finding_data(f).get("host")
+        groups.setdefault(f.location, []).append(unconfirmed(f, host if in_host else measured_bps, growing_model))
     stored = {f.location: f.data.get("stored", "") for f in findings if isinstance(f.data, dict)}
     entries: dict[str, list[str]] = {}  # a culprit -> the entries of its container folded into it
     ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=score, reverse=True), stored, entries)
@@ -294,38 +295,6 @@ def _adds(culprit: Suspect, symptom: Suspect, findings: list[Finding], entries: 
             locations.discard(f.location)
             bps += TENSOR_HOST_OVERHEAD * per_step["tensors"] + GRAD_FN_HOST_OVERHEAD * per_step["grad_fns"]
     return bps
-
-
-#: A holder of one fresh tensor a step leaks (a tensor concatenated onto itself) only if its size rose
-#: at each of this many samples at least: a size that merely varies (random sequence lengths) rises
-#: at 5 samples in a row once in 120 runs, and at 3 or 4 often enough in a short run.
-STEADY_SAMPLES = 5
-
-
-def _data(f: Finding) -> dict:
-    return f.data if isinstance(f.data, dict) else {}
-
-
-def _unconfirmed(f: Finding, measured_bps: float, growing_model: list[str]) -> Finding:
-    """A holder that keeps one fresh tensor a step, whose size alone rose on the sampled steps, is no
-    leak unless it rose at every sample (STEADY_SAMPLES or more) and memory rises with it: otherwise
-    the sizes merely vary (random sequence lengths), and a few samples happened to rise. Nor is it
-    where the model gains registered parameters or modules (`growing_model`, detect/registered.py):
-    the step's outputs grow with the model."""
-    if not (f.leak and _data(f).get("bytes_only")):
-        return f
-    if growing_model:
-        names = ", ".join(growing_model[:2])
-        note = f"the one tensor it holds is new each step, and its size follows the model's: {names} gains entries"
-        fix = f"None needed for this tensor: it is made anew each step at the model's size. Stop {names} growing."
-        return replace(f, leak=False, evidence=(*f.evidence, note), fix=fix)
-    sizes = f.data.get("bytes") or []
-    steady = len(sizes) >= STEADY_SAMPLES and all(b > a for a, b in zip(sizes, sizes[1:], strict=False))
-    if steady and measured_bps >= 0.5 * f.bytes_per_step:
-        return f
-    why = "memory does not rise with it" if steady else "its size did not rise at every sample"
-    note = f"{why}: the one tensor it holds is new each step, and only its size varies"
-    return replace(f, leak=False, evidence=(*f.evidence, note))
 
 
 def _as_graph(top: Suspect, grown_bps: float, findings: list[Finding]) -> Suspect:

@@ -1,6 +1,6 @@
 """A model that gains parameters each step: its gradients are counted by the storage they keep
 (probes/registry.py), and a step's output, made anew larger each step as the model grows, is no
-leak of its own (suspects._unconfirmed)."""
+leak of its own (one_tensor.unconfirmed)."""
 from __future__ import annotations
 
 import torch

@@ -1,0 +1,42 @@
+"""A holder of one tensor made anew each step whose size rose on the sampled steps: a tensor grown
+by concatenation onto itself (`kept = torch.cat([kept, new])`: a leak), or one that is merely larger
+each time (random sequence lengths, a batch-size ramp, the outputs of a model that grows). The
+holder detector reports it with `bytes_only` in its data; `suspects.rank` asks `unconfirmed`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..schema import Finding
+
+#: A holder of one fresh tensor a step leaks (a tensor concatenated onto itself) only if its size rose
+#: at each of this many samples at least: a size that merely varies (random sequence lengths) rises
+#: at 5 samples in a row once in 120 runs, and at 3 or 4 often enough in a short run.
+STEADY_SAMPLES = 5
+
+
+def finding_data(f: Finding) -> dict[str, Any]:
+    return f.data if isinstance(f.data, dict) else {}
+
+
+def unconfirmed(f: Finding, measured_bps: float, growing_model: list[str]) -> Finding:
+    """A holder that keeps one fresh tensor a step, whose size alone rose on the sampled steps, is no
+    leak unless it rose at every sample (STEADY_SAMPLES or more) and memory rises with it: otherwise
+    the sizes merely vary (random sequence lengths), and a few samples happened to rise. Nor is it
+    where the model gains registered parameters or modules (`growing_model`, detect/registered.py):
+    the step's outputs grow with the model."""
+    if not (f.leak and finding_data(f).get("bytes_only")):
+        return f
+    if growing_model:
+        names = ", ".join(growing_model[:2])
+        note = f"the one tensor it holds is new each step, and its size follows the model's: {names} gains entries"
+        fix = f"None needed for this tensor: it is made anew each step at the model's size. Stop {names} growing."
+        return replace(f, leak=False, evidence=(*f.evidence, note), fix=fix)
+    sizes = f.data.get("bytes") or []
+    steady = len(sizes) >= STEADY_SAMPLES and all(b > a for a, b in zip(sizes, sizes[1:], strict=False))
+    if steady and measured_bps >= 0.5 * f.bytes_per_step:
+        return f
+    why = "memory does not rise with it" if steady else "its size did not rise at every sample"
+    note = f"{why}: the one tensor it holds is new each step, and only its size varies"
+    return replace(f, leak=False, evidence=(*f.evidence, note))
