@@ -192,6 +192,7 @@ class HolderRow(_Record):
     length: int = 0  # and the items it held at this walk
     objects: float = 0  # items of plain Python data it holds (numbers, strings, lists of floats), not tensors
     obj_bytes: int = 0  # their bytes, estimated from a few items at its ends (probes/pydata.py)
+    ends: str = ""  # one tensor held: hashes of its first and last values (probes/fingerprint.py)
 
     OPTIONAL = frozenset(
         {
@@ -210,6 +211,7 @@ class HolderRow(_Record):
             "length",
             "objects",
             "obj_bytes",
+            "ends",
         }
     )
     TUPLES = frozenset({"seq"})

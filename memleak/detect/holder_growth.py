@@ -69,6 +69,7 @@ class _HolderSeries:
     node_steps: list[int]  # the samples the graph is judged on (up to the cap)
     node_values: list[float]
     anew: bool = False  # filled anew every step, with more tensors each time (refills.anew_growing)
+    ends: tuple[str, ...] = ()  # a lone tensor's first and last values, per sample (probes/fingerprint.py)
 
 
 def holder_findings(holders: Sequence[HoldersRecord], hkinds, saved_info, findings: Entries, carried) -> None:
@@ -121,6 +122,7 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None], aged: bool = 
         node_steps=nsteps,
         node_values=nvals,
         anew=anew,
+        ends=tuple(r.ends if r is not None else "" for r in rows),
     )
 
 
@@ -174,8 +176,8 @@ def _holder_entry(findings: Entries, name: str, h: _HolderSeries, hkind: str, sa
             "carried": name in carried,
             "count_grows": h.count_trend is not None,
             "capped": h.cap_at is not None,  # its graph walk hit the node cap: a link may lie past it
-            # one fresh tensor a step whose size alone rose: a leak only if memory rises with it
-            "bytes_only": not (h.count_trend or h.node_trend) and h.old[-1] == 0,
+            "bytes_only": not (h.count_trend or h.node_trend) and h.old[-1] == 0,  # one fresh tensor, larger
+            "ends": h.ends,  # ...and whether its values carry over from one sample to the next (one_tensor.py)
             # held in host memory on a device run (numpy arrays, CPU copies): the host series shows it
             "host": h.last.host_bytes >= 0.5 * h.last.bytes > 0,
             "traceback": is_traceback_note(h.last.note),  # its fix stays the exception's (saved_graphs)

@@ -1,10 +1,13 @@
 """A holder of one tensor made anew each step whose size rose on the sampled steps: a tensor grown
 by concatenation onto itself (`kept = torch.cat([kept, new])`: a leak), or one that is merely larger
-each time (random sequence lengths, a batch-size ramp, the outputs of a model that grows). The
-holder detector reports it with `bytes_only` in its data; `suspects.rank` asks `unconfirmed`."""
+each time (random sequence lengths, a batch-size ramp, the outputs of a model that grows): the walk
+writes the hashes of its first and last values (probes/fingerprint.py), and a concatenation keeps
+one end from each sample to the next. The holder detector reports it with `bytes_only` and `ends`
+in its data; `suspects.rank` asks `unconfirmed`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +36,13 @@ def unconfirmed(f: Finding, measured_bps: float, growing_model: list[str]) -> Fi
         note = f"the one tensor it holds is new each step, and its size follows the model's: {names} gains entries"
         fix = f"None needed for this tensor: it is made anew each step at the model's size. Stop {names} growing."
         return replace(f, leak=False, evidence=(*f.evidence, note), fix=fix)
+    if new_values(f.data.get("ends") or ()):
+        note = (
+            "the one tensor it holds is new each step, with new values at both ends (nothing carried over "
+            "from the step before, as `torch.cat([kept, new])` would): a larger batch or sequence each step"
+        )
+        fix = "None needed if the batch or sequence is meant to grow (a ramp, a curriculum); check that it stops."
+        return replace(f, leak=False, evidence=(*f.evidence, note), fix=fix)
     sizes = f.data.get("bytes") or []
     steady = len(sizes) >= STEADY_SAMPLES and all(b > a for a, b in zip(sizes, sizes[1:], strict=False))
     if steady and measured_bps >= 0.5 * f.bytes_per_step:
@@ -40,3 +50,12 @@ def unconfirmed(f: Finding, measured_bps: float, growing_model: list[str]) -> Fi
     why = "memory does not rise with it" if steady else "its size did not rise at every sample"
     note = f"{why}: the one tensor it holds is new each step, and only its size varies"
     return replace(f, leak=False, evidence=(*f.evidence, note))
+
+
+def new_values(ends: Sequence[str]) -> bool:
+    """Whether a lone tensor's values (`ends`, per sample: 'head:tail' hashes) are new at both ends
+    from each sample to the next (STEADY_SAMPLES of them at least, each with a fingerprint)."""
+    if len(ends) < STEADY_SAMPLES or not all(ends):
+        return False
+    pairs = [(a.split(":"), b.split(":")) for a, b in zip(ends, ends[1:], strict=False)]
+    return all(a[0] != b[0] and a[1] != b[1] for a, b in pairs)

@@ -74,14 +74,7 @@ def _entry(findings: Entries, path: str, steps: list[int], series, counts: list[
         f"its parameters and buffers grow {fmt_bytes(max(0.0, size))} per step (now {fmt_bytes(last.bytes)}), "
         f"their gradients {fmt_bytes(max(0.0, grads))} per step (now {fmt_bytes(last.grad_bytes)})"
         + (f", the optimizer's state for them {fmt_bytes(max(0.0, state))} per step" if last.state_bytes else ""),
-        *(
-            [
-                "their gradients grow faster than the parameters: a gradient autograd handed over as a view keeps its "
-                "whole base (as the rows of `torch.stack` over a growing list of parameters do)"
-            ]
-            if grads > 1.5 * max(size, 0.0) > 0
-            else []
-        ),
+        *_grads_note(size, grads),
         "registered buffers are no tensors a variable keeps: they stay in model.buffers() and state_dict(), "
         "move with model.to(), and are freed only with the model"
         if buffers
@@ -150,6 +143,16 @@ def _hooks_entry(findings: Entries, path: str, steps: list[int], series, counts:
         data={**f["data"], "holder_kind": "hooks", "steps": steps, "entries": counts},
     )
     f["evidence"].extend(evidence)
+
+
+def _grads_note(size: float, grads: float) -> list[str]:
+    """Why gradients grow faster than their parameters, where they do."""
+    if not grads > 1.5 * max(size, 0.0) > 0:
+        return []
+    return [
+        "their gradients grow faster than the parameters: a gradient autograd handed over as a view keeps its "
+        "whole base (as the rows of `torch.stack` over a growing list of parameters do)"
+    ]
 
 
 def _per_step(steps: list[int], values: list[float], trend: dict) -> float:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import collections
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..records import HolderRow
+from .fingerprint import ends
 from .graphs import GraphInfo, Roots, graph_info, roots_of
 from .identity import Ages, tensor_nbytes
 from .pydata import data_size, item_size
@@ -51,6 +53,7 @@ class HolderStats:
     length: int = 0  # the items it holds
     objects: float = 0.0  # items of plain Python data it holds (numbers, strings, lists of floats: pydata)
     obj_bytes: float = 0.0  # their estimated bytes
+    _first: Any = field(default=None, repr=False)  # a weak reference to its first tensor (for `ends`)
     # storage -> [bytes, weight, old, host]: summed into nbytes, old_bytes, host_bytes at the end
     _storages: dict = field(default_factory=dict, repr=False)
     _grad_fns: list = field(default_factory=list, repr=False)
@@ -84,6 +87,7 @@ class HolderStats:
             length=self.length,
             objects=round(self.objects, 1),
             obj_bytes=int(self.obj_bytes),
+            ends=ends(self._first()) if self.count == 1 and self._first is not None else "",  # a lone tensor's
         )
 
 
@@ -240,6 +244,8 @@ class HolderTally:
             return
         key, nb = tensor_nbytes(t)
         st = self._held(t, key, nb, holder, kind, weight, note)
+        if st.count == weight:  # the holder's first tensor: its values' ends are read if it stays alone
+            st._first = weakref.ref(t)
         self.tensor_holder[id(t)] = holder
         self._name_base(t, holder)
         if nb > 2 * t.numel() * t.element_size():  # a small view keeping a large storage alive
