@@ -70,3 +70,15 @@ def test_the_registry_counts_module_and_parameter_hooks_and_sizes_them():
     for h in handles:
         h.remove()
     assert registry.rows(model) == ()  # back to its first count
+
+
+def test_a_module_that_loses_entries_of_every_kind_while_its_hooks_stay_gets_a_row_of_what_it_lost():
+    model = nn.Module()
+    model.sub = nn.ReLU()
+    model.w = nn.Parameter(torch.zeros(2))
+    model.register_buffer("b", torch.zeros(2))
+    registry = Registry()
+    registry.rows(model)
+    del model.sub, model.w, model.b  # fewer of each; the hooks (none) unchanged
+    (row,) = registry.rows(model)
+    assert row.grew in ("submodules", "parameters", "buffers") and (row.first, row.entries) == (3, 0)

@@ -103,8 +103,9 @@ class Registry:
 
 def _row(path: str, m, first: tuple[int, ...], n: tuple[int, ...], state) -> RegisteredRow:
     grew = max(range(len(KINDS)), key=lambda i: n[i] - first[i])  # the registry that changed most
-    if KINDS[grew] == "hooks":
+    if KINDS[grew] == "hooks" and n[grew] > first[grew]:
         return _hooks_row(path, m, first, n)
+    grew = max(range(3), key=lambda i: n[i] - first[i])  # of the three that hold tensors (a rise first)
     size = grads = kept = 0
     grad_storages: set[int] = set()
     for p in m.parameters():
@@ -124,7 +125,7 @@ def _row(path: str, m, first: tuple[int, ...], n: tuple[int, ...], state) -> Reg
 def _hooks_row(path: str, m, first: tuple[int, ...], n: tuple[int, ...]) -> RegisteredRow:
     """The row of a module that gained hooks: `bytes` the hooks' own objects (each function, its
     closure cells and defaults), `newest` the hook dict that holds most and its newest hook's code."""
-    name, hooks = max(((name, _user_hooks(d)) for name, d in _hook_dicts(m)), key=lambda h: len(h[1]))
+    name, hooks = max(((name, _user_hooks(d)) for name, d in _hook_dicts(m)), key=lambda h: len(h[1]), default=("", []))
     fns = hooks[-SIZED_HOOKS:]
     size = sum(_fn_bytes(f) for f in fns) * len(hooks) // max(1, len(fns))
     code = getattr(getattr(fns[-1], "__func__", fns[-1]), "__code__", None) if fns else None
