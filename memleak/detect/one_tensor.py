@@ -1,7 +1,7 @@
 """A holder of one tensor made anew each step whose size rose on the sampled steps: a tensor grown
 by concatenation onto itself (`kept = torch.cat([kept, new])`: a leak), or one that is merely larger
 each time (random sequence lengths, a batch-size ramp, the outputs of a model that grows): the walk
-writes the hashes of its first and last values (probes/fingerprint.py), and a concatenation keeps
+writes checksums of its first and last values (probes/fingerprint.py), and a concatenation keeps
 one end from each sample to the next. The holder detector reports it with `bytes_only` and `ends`
 in its data; `suspects.rank` asks `unconfirmed`."""
 
@@ -53,7 +53,7 @@ def unconfirmed(f: Finding, measured_bps: float, growing_model: list[str]) -> Fi
 
 
 def new_values(ends: Sequence[str]) -> bool:
-    """Whether a lone tensor's values (`ends`, per sample: 'head:tail' hashes) are new at both ends
+    """Whether a lone tensor's values (`ends`, per sample: 'head:tail' checksums) are new at both ends
     from each sample to the next (STEADY_SAMPLES of them at least, each with a fingerprint)."""
     if len(ends) < STEADY_SAMPLES or not all(ends):
         return False
