@@ -39,7 +39,12 @@ def culprit_fix(
             f"reference cycle through the graph that is never freed: save them with "
             f"`ctx.save_for_backward(...)` and read `ctx.saved_tensors` in backward."
         )
-    grad = " and `.detach()` them (they carry autograd graphs)" if has_grad else ""
+    grad = (
+        " and `.detach()` them (they carry autograd graphs; outputs of an evaluation or inference are best made "
+        "under `torch.no_grad()`)"
+        if has_grad
+        else ""
+    )
     if is_family(holder):  # holders made one per step, folded into one (probes/holder_families.py)
         return (
             f"a new `{holder}` is made every step or batch (its name takes a number each time: "
