@@ -864,3 +864,13 @@ def test_tensors_chained_through_an_attribute_of_a_tensor_are_named_by_the_varia
     assert top.location == "last"
     assert "one more each step" in top.evidence[0], top.evidence[0]
     assert not any(type(r) is dict for r in gc.get_referents(plain[0]))
+
+
+def test_a_holder_whose_tensors_carry_graphs_is_told_to_detach_or_make_them_under_no_grad():
+    from memleak.detect.culprit_fixes import culprit_fix
+
+    kept = Kind.SURVIVING_TENSORS
+    fix = culprit_fix(kept, "all_scores", "global", chained=False, has_grad=True, saved_growing=False)
+    assert "`.detach()` them" in fix and "torch.no_grad()" in fix
+    plain = culprit_fix(kept, "all_scores", "global", chained=False, has_grad=False, saved_growing=False)
+    assert "torch.no_grad()" not in plain
