@@ -236,6 +236,11 @@ class Suspect:
         return d
 
 
+def finding_data(f: Finding) -> dict[str, Any]:
+    """`f.data`, or an empty dict where a finding was made without one."""
+    return f.data if isinstance(f.data, dict) else {}
+
+
 # Column names of Run.steps. Probes write these keys into step records; detectors read them.
 STEP_COLUMNS = {
     "step": "iteration index, from 0",

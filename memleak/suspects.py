@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from .detect.new_shapes import per_shape_growth
-from .detect.one_tensor import finding_data, unconfirmed
+from .detect.one_tensor import unconfirmed
 from .detect.slow_records import as_record, slow_record
 from .detect.thresholds import GRAD_FN_HOST_OVERHEAD, TENSOR_HOST_OVERHEAD
-from .schema import HOST_COLUMNS, Finding, Kind, Suspect
+from .schema import HOST_COLUMNS, Finding, Kind, Suspect, finding_data
 from .units import fmt_bytes, where_ranks
 
 # How directly a kind names a culprit. A culprit that explains growth outranks
@@ -193,7 +193,7 @@ def _with_entries(first: Suspect, container: str, others: list[Suspect], line: s
 def _bounded_growth(ranked: list[Suspect], findings: list[Finding], entries: Mapping[str, list[str]]) -> list[Suspect]:
     """Growth explained by bounded containers still filling up (a replay memory short of its
     capacity: `detect/culprits._spare_bounded`) is no leak: it stops at their bound."""
-    filling = {f.location for f in findings if isinstance(f.data, dict) and f.data.get("filling")}
+    filling = {f.location for f in findings if finding_data(f).get("filling")}
     fill = [s for s in ranked if s.location in filling]
     if not fill:
         return ranked
@@ -217,14 +217,14 @@ def _bounded_growth(ranked: list[Suspect], findings: list[Finding], entries: Map
 def _per_shape(ranked: list[Suspect], findings: list[Finding]) -> list[Suspect]:
     """Host growth that no culprit explains while the model's input keeps taking new shapes is
     no leak: native code keeps something per new shape (`detect/new_shapes.py`)."""
-    why = {f.location: f.data["new_shapes"] for f in findings if isinstance(f.data, dict) and f.data.get("new_shapes")}
+    why = {f.location: f.data["new_shapes"] for f in findings if finding_data(f).get("new_shapes")}
     return [per_shape_growth(s, why[s.location]) if s.leak and s.location in why else s for s in ranked]
 
 
 def _slow_records(ranked: list[Suspect], findings: list[Finding]) -> list[Suspect]:
     """Holders gaining a small tensor every few steps (a per-epoch record) are no leak
     (`detect/slow_records.py`)."""
-    data = {f.location: f.data for f in findings if isinstance(f.data, dict) and "count" in f.data}
+    data = {f.location: f.data for f in findings if "count" in finding_data(f)}
     out = []
     for s in ranked:
         why = slow_record(s, data[s.location]) if s.leak and s.location in data else None
@@ -284,7 +284,7 @@ def _adds(culprit: Suspect, symptom: Suspect, findings: list[Finding], entries: 
         return bps
     locations = {culprit.location, *entries.get(culprit.location, ())}
     for f in findings:
-        data = f.data if isinstance(f.data, dict) else {}
+        data = finding_data(f)
         count, steps, per_step = data.get("count"), data.get("steps"), data.get("per_step")
         if f.location in locations and count and steps and len(count) >= 2 and steps[-1] > steps[0]:
             locations.discard(f.location)
@@ -322,7 +322,7 @@ def _growing_graphs(findings: list[Finding]) -> set[str]:
     counted at its ends only, so its node count may stay flat while they pile up)."""
     out = set()
     for f in findings:
-        data = f.data if isinstance(f.data, dict) else {}
+        data = finding_data(f)
         made_with_graphs = (data.get("per_step") or {}).get("grad_fns", 0) > 0  # no name holds them: made each step
         if f.leak and (made_with_graphs or any(_rises(data.get(k)) for k in ("nodes", "grad"))):
             out.add(f.location)

@@ -9,18 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
-from ..schema import Finding
+from ..schema import Finding, finding_data
 
 #: A holder of one fresh tensor a step leaks (a tensor concatenated onto itself) only if its size rose
 #: at each of this many samples at least: a size that merely varies (random sequence lengths) rises
 #: at 5 samples in a row once in 120 runs, and at 3 or 4 often enough in a short run.
 STEADY_SAMPLES = 5
-
-
-def finding_data(f: Finding) -> dict[str, Any]:
-    return f.data if isinstance(f.data, dict) else {}
 
 
 def unconfirmed(f: Finding, measured_bps: float, growing_model: list[str]) -> Finding:

@@ -50,6 +50,11 @@ def registered_findings(modules: Sequence[ModulesRecord], findings: Entries) -> 
             _entry(findings, path, steps, series, counts, trend)
 
 
+def _where(path: str) -> str:
+    """How the evidence names the module at `path` (the model itself has none)."""
+    return f"`{path}`" if path != "<root>" else "the model"
+
+
 def _last(series: list[RegisteredRow | None]) -> RegisteredRow:
     return next(r for r in reversed(series) if r is not None)
 
@@ -66,7 +71,7 @@ def _entry(findings: Entries, path: str, steps: list[int], series, counts: list[
     span = f"steps {steps[0]}-{steps[-1]}"
     buffers = last.grew == "buffers"
     grows = last.grew if last.grew in ("submodules", "parameters", "buffers") else "submodules or parameters"
-    where = f"`{path}`" if path != "<root>" else "the model"
+    where = _where(path)
     evidence = [
         f"{where} gains registered {grows} as the run goes: {int(counts[0])} -> "
         f"{int(counts[-1])} entries over {span} ({trend['slope']:.2g} per step)"
@@ -116,7 +121,7 @@ def _hooks_entry(findings: Entries, path: str, steps: list[int], series, counts:
     seen = [(s, r) for s, r in zip(steps, series, strict=True) if r is not None]
     last = seen[-1][1]
     size = _per_step([s for s, _ in seen], [float(r.bytes) for _, r in seen], trend)
-    where = f"`{path}`" if path != "<root>" else "the model"
+    where = _where(path)
     hook_dict, _, code = last.newest.partition(" ")
     evidence = [
         f"{where} gains hooks as the run goes: {int(counts[0])} -> {int(counts[-1])} over steps "
