@@ -12,7 +12,9 @@ leave an inert Tagging behind, until memleak next runs in that thread.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import torch
@@ -28,6 +30,12 @@ MAX_TAGS = 20000
 _lock = threading.Lock()
 # thread ident -> Taggings made inert there while their thread was elsewhere, oldest first
 _inert: dict[int, list[Tagging]] = {}
+
+
+#: torch's own `disable_saved_tensors_hooks`, which `aside` wraps while a Tagging is installed
+_disable_hooks = torch.autograd.graph.disable_saved_tensors_hooks
+_wrapped = 0  # Taggings whose hooks are on a stack, for `_wrap_disable` and `_unwrap_disable`
+_wrap_lock = threading.Lock()
 
 
 class Tagger(Protocol):
@@ -114,6 +122,7 @@ class Tagging:
             self.pack, unpack
         )
         self.hooks.__enter__()
+        _wrap_disable()
         self.mode: _BirthMode | None = _BirthMode(self)
         warn_sites.install()
         self.mode.__enter__()
@@ -176,7 +185,42 @@ class Tagging:
                 return "a saved-tensor hook was left open over memleak's"
             self.hooks.__exit__(None, None, None)
             self.hooks = None
+            _unwrap_disable()
         return None
+
+
+@contextlib.contextmanager
+def aside(error_message: str) -> Iterator[None]:
+    """`torch.autograd.graph.disable_saved_tensors_hooks` while a Tagging is installed: torch.func's
+    transforms (grad, vjp, jacrev, hessian) refuse to run under any saved-tensor hook, so memleak's
+    step aside (where on top of this thread's stack) for as long as the transform runs, its saved
+    tensors untracked, and come back after it."""
+    top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    ours = top is not None and top[1] is unpack and isinstance(getattr(top[0], "__self__", None), Tagging)
+    if ours:
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+    try:
+        with _disable_hooks(error_message):
+            yield
+    finally:
+        if ours:
+            torch._C._autograd._push_saved_tensors_default_hooks(*top)
+
+
+def _wrap_disable() -> None:
+    global _wrapped
+    with _wrap_lock:
+        if _wrapped == 0:
+            torch.autograd.graph.disable_saved_tensors_hooks = aside
+        _wrapped += 1
+
+
+def _unwrap_disable() -> None:
+    global _wrapped
+    with _wrap_lock:
+        _wrapped = max(0, _wrapped - 1)
+        if _wrapped == 0 and torch.autograd.graph.disable_saved_tensors_hooks is aside:
+            torch.autograd.graph.disable_saved_tensors_hooks = _disable_hooks
 
 
 def sweep() -> None:
@@ -192,6 +236,8 @@ def sweep() -> None:
             for gone in _inert.pop(ident):  # a thread's modes and hooks end with it
                 if gone.mode is not None:
                     warn_sites.uninstall()
+                if gone.hooks is not None:
+                    _unwrap_disable()
     left: list[Tagging] = []
     for tagging in reversed(mine):
         if left or tagging._pop() is not None:
