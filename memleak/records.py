@@ -193,6 +193,7 @@ class HolderRow(_Record):
     objects: float = 0  # items of plain Python data it holds (numbers, strings, lists of floats), not tensors
     obj_bytes: int = 0  # their bytes, estimated from a few items at its ends (probes/pydata.py)
     ends: str = ""  # one tensor held: hashes of its first and last values (probes/fingerprint.py)
+    largest: int = 0  # a holder of views: its largest storage's bytes (what one view keeps alive at most)
 
     OPTIONAL = frozenset(
         {
@@ -212,6 +213,7 @@ class HolderRow(_Record):
             "objects",
             "obj_bytes",
             "ends",
+            "largest",
         }
     )
     TUPLES = frozenset({"seq"})
@@ -258,8 +260,10 @@ class BirthsRecord(_Record):
     step: int  # the deep step they were checked at
     cohorts: tuple[BirthCohort, ...] = ()  # oldest first, largest first within a step; at most 200
     gc2: int | None = None  # full collections of Python's cyclic collector so far (None: an older file)
+    final: bool = False  # the check when the run ended (level auto), after the loop's last step
 
     NESTED = {"cohorts": BirthCohort}
+    OPTIONAL = frozenset({"final"})
 
 
 # ---------------------------------------------------------------- saved (tensors saved for backward)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -65,6 +65,7 @@ class _Group:
     gc_freed: bool  # freed all at once by the cyclic collector, at least once
     marked_only: bool  # counts only for the probe's cycle mark: cyclic garbage made every step
     cohorts: dict[int, BirthCohort]  # the cohorts the evidence describes
+    ended: int | None = None  # all freed by the check after the loop's last step (at this step)
 
     @property
     def key(self) -> Key:
@@ -86,6 +87,26 @@ def birth_findings(
         group = _group(b, key, cyclic, marked)
         if group is not None:
             _survivor_entry(findings, b, group, cyclic, hkinds)
+    for before, group in _ended_with_loop(b, {*cyclic, *marked}):
+        _survivor_entry(findings, before, group, {}, hkinds)
+
+
+def _ended_with_loop(b: _Births, judged: set[Key]) -> list[tuple[_Births, _Group]]:
+    """Groups that accumulated until the last check in the loop and of which nothing is alive at the
+    check after its last step (level auto's, `BirthsRecord.final`): the loop's own scope held them (a
+    generator it iterated, a local of a function it ran), so they pile up for as long as it runs. A
+    bounded buffer lets go of its oldest tensors only, and keeps the newest; these are judged at the
+    check before, as a level that samples the last step judges them."""
+    if len(b.records) < 2 or not b.records[-1].final:
+        return []
+    last_in_loop = b.records[-2].step
+    before = _Births(b.records[:-1], b.groups[:-1], b.deep, [r for r in b.holders if r.step <= last_in_loop])
+    out = []
+    for key in sorted(set(before.groups[-1]) - set(b.groups[-1]) - judged):
+        group = _group(before, key, {}, {})
+        if group is not None and group.accumulating:
+            out.append((before, replace(group, ended=b.step)))
+    return out
 
 
 def _collected_cycles(b: _Births, hkinds, collected_at: Sequence[int] | None = None) -> Collected:
@@ -251,6 +272,12 @@ def _survivor_evidence(b: _Births, g: _Group, cyclic: Collected, bps: float) -> 
             f"tensors created at {g.site} on {len(g.alive)} of the last {len(b.eligible)} sampled steps "
             f"are still alive at step {step} (the oldest from step {g.alive[0]}, {step - g.alive[0]} steps ago): "
             f"about {np.median(counts):.0f} tensor(s), {fmt_bytes(bps)} in all, from each step, {held}"
+        )
+    if g.ended is not None:
+        lines.append(
+            f"none of them is alive at the check after the loop's last step (step {g.ended}): what held them was "
+            "the loop's own (a generator it iterated, a local of a function it ran), freed only when the loop "
+            "ended; they pile up for as long as the loop runs"
         )
     if g.key in cyclic:
         n_before, at, times = cyclic[g.key]

@@ -53,6 +53,7 @@ class HolderStats:
     length: int = 0  # the items it holds
     objects: float = 0.0  # items of plain Python data it holds (numbers, strings, lists of floats: pydata)
     obj_bytes: float = 0.0  # their estimated bytes
+    largest: int = 0  # its largest storage's bytes (what a view of it keeps alive at most)
     _first: Any = field(default=None, repr=False)  # a weak reference to its first tensor (for `ends`)
     # storage -> [bytes, weight, old, host]: summed into nbytes, old_bytes, host_bytes at the end
     _storages: dict = field(default_factory=dict, repr=False)
@@ -88,6 +89,7 @@ class HolderStats:
             objects=round(self.objects, 1),
             obj_bytes=int(self.obj_bytes),
             ends=ends(self._first()) if self.count == 1 and self._first is not None else "",  # a lone tensor's
+            largest=self.largest if self.views else 0,
         )
 
 
@@ -144,9 +146,8 @@ class HolderTally:
         self.spread: set[str] = set()
 
     def _bound_children(self, obj: Any, attrs: dict, path: str) -> None:
-        """An object's attributes (at `path`): where one names a bound (`owner_bound`: a replay
-        memory's ``capacity``), the containers beside it that have not passed it are bounded by it;
-        a Dataset's memo keyed by sample index, by the dataset's length (`index_bounds`)."""
+        """An object's attributes (at `path`): the containers beside a bound (`owner_bound`: a replay memory's
+        ``capacity``) that have not passed it are bounded by it; a Dataset's memo by its length (`index_bounds`)."""
         self.attrs_of[path] = attrs
         cap = owner_bound(attrs)
         if cap is not None:
@@ -157,9 +158,8 @@ class HolderTally:
             self.bounds[id(memo)] = n
 
     def _note_bound(self, obj: Any, n: int, holder: str, own_name: str) -> None:
-        """A container that is its holder itself (not an item of a bigger one) and has a bound (a
-        deque's maxlen, or its owner's capacity): the bound and its length, for the detectors'
-        "still filling up" (`detect/bounded.filling_bounded`)."""
+        """A container that is its holder itself and has a bound (a deque's maxlen, or its owner's capacity):
+        the bound and its length, for the detectors' "still filling up" (`detect/bounded.filling_bounded`)."""
         if holder != own_name:
             return
         self.lengths[holder] = n
@@ -319,6 +319,7 @@ class HolderTally:
                 st.nbytes += nb * weight
                 st.old_bytes += nb * weight if old else 0.0
                 st.host_bytes += nb * weight if host else 0.0
+                st.largest = max(st.largest, nb)
         left = self.graph_cap * 4
         for st in sorted(self.holders.values(), key=lambda s: -len(s._grad_fns)):
             now = roots_of(zip(st._grad_fns, st._out_nrs, strict=True)) if st._grad_fns else set()

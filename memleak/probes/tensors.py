@@ -290,7 +290,7 @@ class TensorProbe(Probe):
                     walk, step, walk_seconds, before=self.sizes, code_bounds=self.code_bounds, new_grew=False
                 )
                 self.ctx.emit(RecordType.HOLDERS, rec.to_dict())
-            self._check_births(step, exclude, ptrs, walk.tensor_holder, {**self.site_holders, **self.named_sites})
+            self._check_births(step, exclude, ptrs, walk.tensor_holder, {**self.site_holders, **self.named_sites}, True)
             self._check_saved(step, ptrs)
             return
         self.prev_roots = walk.roots
@@ -308,7 +308,13 @@ class TensorProbe(Probe):
         self._check_saved(step, ptrs)
 
     def _check_births(
-        self, step: int, exclude: set[int], ptrs: set[int], tensor_holder: dict[int, str], named: dict[str, str]
+        self,
+        step: int,
+        exclude: set[int],
+        ptrs: set[int],
+        tensor_holder: dict[int, str],
+        named: dict[str, str],
+        final: bool = False,
     ) -> None:
         found = group_births(self.births, step, exclude, ptrs, tensor_holder, named)
         for _, site, holder in found.groups:
@@ -323,7 +329,7 @@ class TensorProbe(Probe):
         self.seen = self.seen or bool(cohorts)
         self._drop_old_births()
         # gen-2 collections so far: survivors that die all at once when one runs were held by a cycle
-        rec = BirthsRecord(step=step, cohorts=tuple(cohorts[:200]), gc2=gc.get_stats()[2]["collections"])
+        rec = BirthsRecord(step=step, cohorts=tuple(cohorts[:200]), gc2=gc.get_stats()[2]["collections"], final=final)
         self.ctx.emit(RecordType.BIRTHS, rec.to_dict())
 
     def _name_by_referrers(self, found: Survivors) -> None:

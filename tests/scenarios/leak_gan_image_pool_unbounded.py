@@ -1,6 +1,7 @@
 """A CycleGAN-style image pool meant to hold 50 past fakes for the discriminator: the fakes are
-pushed without ``detach()`` (each keeps the generator's graph), and the size check compares with
-``>`` where ``<`` was meant, so the pool never starts replacing and grows without bound.
+pushed without ``detach()`` (each keeps the generator's graph), and the count the size check reads
+is never raised (``self.num_imgs + 1`` where ``+=`` was meant), so the pool never starts replacing
+and grows without bound.
 
 Real case: https://github.com/eriklindernoren/PyTorch-GAN/issues/71 ("code should be changed from
 fake_A_buffer.push_and_pop(fake_A) ... to push_and_pop(fake_A.detach()) ... the graph should not be
@@ -22,19 +23,21 @@ Z, X = 16, 64
 class ImagePool:
     def __init__(self, max_size=50):
         self.max_size = max_size
+        self.num_imgs = 0
         self.images = []
         self.rng = random.Random(0)
 
     def push_and_pop(self, batch):
         out = []
         for img in batch.split(8):
-            if len(self.images) > self.max_size:  # bug: never true while the pool fills
-                i = self.rng.randrange(len(self.images))
-                out.append(self.images[i])
-                self.images[i] = img
-            else:
+            if self.num_imgs < self.max_size:  # always true: the count is never raised
+                self.num_imgs + 1  # noqa: B018 (the bug: `+=` was meant)
                 self.images.append(img)  # not detached
                 out.append(img)
+            else:
+                i = self.rng.randrange(self.max_size)
+                out.append(self.images[i])
+                self.images[i] = img
         return torch.cat(out)
 
 
