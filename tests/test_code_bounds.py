@@ -45,6 +45,12 @@ SOURCE = textwrap.dedent('''
             if len(self.before) > 5:
                 self.before.pop(0)
             self.before.append(x)
+            heapq.heappush(self.best, x)
+            if len(self.best) > self.k:
+                heapq.heappop(self.best)
+            heappush(self.worst, x)
+            if len(self.worst) > 3:
+                heappop(self.worst)
 ''')
 
 
@@ -66,6 +72,8 @@ def test_the_bound_is_read_from_a_guarded_trim_a_kept_slice_or_a_deleted_head(tm
     assert code_bound("top", region) == 9  # `<= 8` guards a heappush
     assert code_bound("hard", region) is None  # a test that is no comparison of len()
     assert code_bound("seen", region) is None  # the test guards no add
+    assert code_bound("mon.best", region, {"k": 5}) == 5  # a heap kept to its best k
+    assert code_bound("worst", region) == 3  # `from heapq import heappop`
     assert code_bound("elsewhere", region) is None
     assert code_bound("recent", [(str(tmp_path / "missing.py"), 1, 10)]) is None
 

@@ -1,11 +1,12 @@
 """The bound the user's code trims a container to: a sliding window written by hand.
 
 A list kept to its last N items (``if len(recent) > 100: recent.pop(0)``, ``recent = recent[-100:]``,
-``del recent[:-100]``), or filled only while short of N (``if len(memory) < self.size:
-memory.append(x)``, a replay memory's), grows like a leak until it holds N: in a run shorter than that, the counts
-alone cannot tell them apart, the code can. Read from the source (AST), as `stores` finds the
-storing line: N is an int literal, a module-level constant of the same file (``MAX_KEPT = 100``)
-or an int attribute of the container's owner (``len(self.recent) > self.window_size``).
+``del recent[:-100]``; a heap kept to its best N, ``heapq.heappop(best)``), or filled only while short
+of N (``if len(memory) < self.size: memory.append(x)``, a replay memory's), grows like a leak until it
+holds N: in a run shorter than that, the counts alone cannot tell them apart, the code can. Read from
+the source (AST), as `stores` finds the storing line: N is an int literal, a module-level constant of
+the same file (``MAX_KEPT = 100``) or an int attribute of the container's owner
+(``len(self.recent) > self.window_size``).
 The walk then counts such a container as bounded, as it does a ``deque(maxlen=...)``
 (`detect/bounded.filling_bounded`), while it holds no more than N.
 """
@@ -134,6 +135,8 @@ def _stored_before(tree: ast.Module, line: int, leaf: str) -> bool:
 
 def _trims(node: ast.AST, leaf: str) -> bool:
     """Whether a statement or expression takes items out of `leaf` or rebinds it."""
+    if isinstance(node, ast.Call) and node.args and _called(node.func) == "heappop":
+        return ends_in(node.args[0], leaf)  # heapq.heappop(best): a heap kept to its best N
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.attr in _TAKERS and ends_in(node.func.value, leaf)
     if isinstance(node, ast.Delete):
@@ -141,6 +144,11 @@ def _trims(node: ast.AST, leaf: str) -> bool:
     if isinstance(node, ast.Assign):
         return any(ends_in(t, leaf) for t in node.targets)
     return False
+
+
+def _called(func: ast.AST) -> str:
+    """The name a call calls: `heappop` of ``heapq.heappop(x)`` and of ``heappop(x)``."""
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
 def _kept_slice(node: ast.AST, leaf: str, consts: dict[str, int]) -> Bound | None:

@@ -212,6 +212,9 @@ class Walk(HolderTally, HookWalk):
     def _lru_cache(self, fn, path, holder, weight, note) -> None:
         if kept := reach.lru_cache_items(fn):
             why = f"kept by the functools.lru_cache of {fn_name(fn)}(): each result, as long as the function lives"
+            maxsize = fn.cache_info().maxsize
+            if maxsize:  # a bounded cache (128 entries by default), as a deque's maxlen: each a key and a result
+                self.bounds[id(kept)] = 2 * maxsize
             self._sequence(kept, path, holder or path, "lru_cache", weight, note or why)
 
     def _optimizer(self, obj, path, holder, weight, note) -> None:
