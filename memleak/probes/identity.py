@@ -13,12 +13,31 @@ import torch
 
 
 def tensor_nbytes(t: torch.Tensor) -> tuple[int, int]:
-    """(storage key, bytes) of a tensor; bytes 0 for tensors without a storage."""
+    """(storage key, bytes) of a tensor; a sparse tensor's, which has no storage of its own, are its
+    indices' and values'; bytes 0 for other tensors without a storage."""
     try:
         s = t.untyped_storage()
         return s.data_ptr(), s.nbytes()
     except (RuntimeError, NotImplementedError, TypeError):
-        return id(t), 0
+        return id(t), _sparse_nbytes(t)
+
+
+def _sparse_nbytes(t: torch.Tensor) -> int:
+    """The bytes of a sparse tensor's parts (COO: indices and values; compressed: the two index
+    tensors and the values), else 0."""
+    parts: tuple[torch.Tensor, ...]
+    try:
+        if t.layout is torch.sparse_coo:
+            parts = (t._indices(), t._values())
+        elif t.layout in (torch.sparse_csr, torch.sparse_bsr):
+            parts = (t.crow_indices(), t.col_indices(), t.values())
+        elif t.layout in (torch.sparse_csc, torch.sparse_bsc):
+            parts = (t.ccol_indices(), t.row_indices(), t.values())
+        else:
+            return 0
+        return sum(p.untyped_storage().nbytes() for p in parts)
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+        return 0
 
 
 class Ages:
