@@ -4,7 +4,10 @@ loop and assigned to the model (`self.heads[f"head_{step}"] = nn.Linear(...)`,
 `self.blocks.append(...)`, `add_module`, `register_parameter`, `register_buffer` under a new name)
 is kept, with its gradients, for as long as the model lives. A module that gains hooks step after
 step (`register_forward_hook` or `param.register_hook` inside the loop, the handle dropped) runs
-them all on every step, and each keeps what its function refers to (`_hooks_entry`).
+them all on every step, and each keeps what its function refers to (`_hooks_entry`). A module
+whose own parameters or gradients grow in bytes while it registers nothing new (a sparse gradient
+never zeroed, a parameter replaced by a larger tensor each step) keeps them for as long as the
+model lives (`_own_entry`).
 
 Parameters are no survivors and no attribute the walk names, so without these rows only the
 memory categories (parameters grow) or the heap's growth would say anything, and name nothing.
@@ -27,6 +30,8 @@ from .trend import theil
 
 #: The confidence of hooks piling up: a leak, under that of the holder their functions fill.
 HOOKS_CONFIDENCE = 0.6
+#: A module's own parameters and gradients grow when they gain this many bytes over the run.
+MIN_OWN_RISE = 64 * 1024
 
 
 def registered_findings(modules: Sequence[ModulesRecord], findings: Entries) -> None:
@@ -39,6 +44,9 @@ def registered_findings(modules: Sequence[ModulesRecord], findings: Entries) -> 
         for row in r.registered:
             rows[row.path][i] = row
     for path, series in rows.items():
+        if _last(series).grew == "tensors":
+            _own_entry(findings, path, steps, series)
+            continue
         first = next(r for r in series if r is not None).first
         counts = [float(r.entries if r is not None else first) for r in series]
         trend = sustained_rise(steps, counts, MIN_COUNT_RISE)
@@ -146,6 +154,53 @@ def _hooks_entry(findings: Entries, path: str, steps: list[int], series, counts:
         total=max(f["total"], float(last.bytes)),
         fix=fix,
         data={**f["data"], "holder_kind": "hooks", "steps": steps, "entries": counts},
+    )
+    f["evidence"].extend(evidence)
+
+
+def _own_entry(findings: Entries, path: str, steps: list[int], series) -> None:
+    """A module whose own parameters or gradients keep growing in bytes, its registrations the same."""
+    seen = [(s, r) for s, r in zip(steps, series, strict=True) if r is not None and r.grew == "tensors"]
+    at = [s for s, _ in seen]
+    held = [float(r.bytes + r.grad_bytes) for _, r in seen]
+    trend = sustained_rise(at, held, MIN_OWN_RISE)
+    if trend is None:
+        return
+    last = seen[-1][1]
+    size, grads = (_per_step(at, [float(getattr(r, f)) for _, r in seen], trend) for f in ("bytes", "grad_bytes"))
+    name = f"{path}.{last.newest}" if path != "<root>" else last.newest
+    evidence = [
+        f"{_where(path)} registers nothing new, but its own parameters and their gradients grow: "
+        f"{fmt_bytes(held[0])} -> {fmt_bytes(held[-1])} over steps {at[0]}-{at[-1]}, most in `{name}`"
+    ]
+    if grads > size:
+        location = f"{name}.grad"
+        evidence.append(
+            f"the gradient grows {fmt_bytes(grads)} per step (now {fmt_bytes(last.grad_bytes)}): a sparse gradient "
+            "(`nn.Embedding(sparse=True)`) is accumulated by adding each step's rows to it, and keeps them until zeroed"
+        )
+        fix = (
+            f"`{location}` is never zeroed: call `zero_grad()` on every optimizer that steps `{name}` (a sparse "
+            "gradient with its own optimizer, `SparseAdam`, needs that optimizer's `zero_grad()`), or set "
+            f"`{name}.grad = None` after its step."
+        )
+    else:
+        location = name
+        evidence.append(f"the parameters grow {fmt_bytes(size)} per step (now {fmt_bytes(last.bytes)})")
+        fix = (
+            f"`{name}` is replaced by a larger tensor step after step (`p.data = torch.cat([p.data, rows])`): "
+            "grow it rarely and within a bound (a fixed-size table with hashed ids), or keep what grows outside "
+            "the model."
+        )
+    f = entry(findings, location, kind=Kind.CACHED_TENSOR)
+    f.update(
+        kind=Kind.CACHED_TENSOR,
+        leak=True,
+        confidence=max(f["confidence"], trend["confidence"]),
+        bps=max(f["bps"], max(0.0, size) + max(0.0, grads)),
+        total=max(f["total"], held[-1]),
+        fix=fix,
+        data={**f["data"], "holder_kind": "registered", "steps": at},
     )
     f["evidence"].extend(evidence)
 

@@ -8,6 +8,11 @@ submodules by identity), and the memory categories only say that parameters grow
 step the ModuleProbe counts, for every module of the model, its direct submodules, parameters and
 buffers, and writes a `RegisteredRow` for each module whose count differs from the one it had
 when first seen. Only paths and counts are kept (no reference to a module), bounded in number.
+
+A module whose own parameters and gradients grow in bytes while it registers nothing new gets a
+row too (`grew` "tensors"): a sparse gradient never zeroed (``nn.Embedding(sparse=True)``
+accumulates each step's rows by concatenation), a parameter replaced by a larger tensor each step
+(``p.data = torch.cat([p.data, rows])``). The walk leaves both out, as the model's own.
 """
 
 from __future__ import annotations
@@ -16,12 +21,16 @@ import os
 import sys
 
 from ..records import RegisteredRow
-from .identity import state_tensors, user_path
+from .identity import state_tensors, tensor_nbytes, user_path
 
 #: Modules whose counts are remembered (a leak of a million modules stops adding new ones).
 MAX_PATHS = 100_000
 #: Rows written per record, the biggest changes first.
 MAX_ROWS = 8
+#: A module's own parameters and gradients grow when they hold this many times their first bytes,
+#: and this many bytes more (an optimizer's first step gives every parameter its gradient).
+OWN_GROWTH = 1.5
+OWN_MIN_BYTES = 64 * 1024
 
 
 #: A module's registries, in the order `_entries` counts them and rows name them.
@@ -79,23 +88,29 @@ class Registry:
 
     def __init__(self) -> None:
         self.first: dict[str, tuple[int, ...]] = {}
+        self.own: dict[str, int] = {}  # the most bytes of each module's own parameters and gradients so far
 
     def rows(self, model, optimizer=None) -> tuple[RegisteredRow, ...]:
         """A row for each module whose entries differ in number from when it was first seen."""
-        changed = []
+        changed, grown = [], []
         for name, m in model.named_modules():
             path = user_path(name) or "<root>"
             n = _entries(m)
             first = self.first.get(path)
+            own = _own_bytes(m)
             if first is None:
                 if len(self.first) < MAX_PATHS:
-                    self.first[path] = n
+                    # as with a dense gradient for each parameter (the first backward gives each one)
+                    self.first[path], self.own[path] = n, max(own, 2 * _own_bytes(m, grads=False))
                 continue
             if n != first:
                 changed.append((path, m, first, n))
+            elif own > OWN_GROWTH * self.own[path] + OWN_MIN_BYTES:
+                grown.append((path, m, first))
         changed.sort(key=lambda c: (-abs(sum(c[3]) - sum(c[2])), c[0]))
         state = getattr(optimizer, "state", None) or {}
-        return tuple(_row(path, m, first, n, state) for path, m, first, n in changed[:MAX_ROWS])
+        rows = [_row(path, m, first, n, state) for path, m, first, n in changed[:MAX_ROWS]]
+        return (*rows, *(_own_row(path, m, first) for path, m, first in grown[: MAX_ROWS - len(rows)]))
 
     def clear(self) -> None:
         self.first.clear()
@@ -120,6 +135,26 @@ def _row(path: str, m, first: tuple[int, ...], n: tuple[int, ...], state) -> Reg
     if newest:
         newest = newest if path == "<root>" else f"{path}.{newest}"
     return RegisteredRow(path, sum(first), sum(n), size, grads, kept, newest, KINDS[grew])
+
+
+def _own_bytes(m, grads: bool = True) -> int:
+    """The bytes of a module's own parameters and (`grads`) their gradients (a sparse one's: its
+    indices and values)."""
+    params = [p for p in m._parameters.values() if p is not None]
+    return sum(_nbytes(p) + (_grad_bytes(p) if grads else 0) for p in params)
+
+
+def _grad_bytes(p) -> int:
+    return tensor_nbytes(p.grad)[1] if p.grad is not None else 0
+
+
+def _own_row(path: str, m, first: tuple[int, ...]) -> RegisteredRow:
+    """The row of a module whose own parameters or gradients grew: `newest` the parameter that holds most."""
+    params = {k: p for k, p in m._parameters.items() if p is not None}
+    grads = {k: _grad_bytes(p) for k, p in params.items()}
+    biggest = max(params, key=lambda k: _nbytes(params[k]) + grads[k], default="")
+    size = sum(_nbytes(p) for p in params.values())
+    return RegisteredRow(path, sum(first), sum(first), size, sum(grads.values()), 0, biggest, "tensors")
 
 
 def _hooks_row(path: str, m, first: tuple[int, ...], n: tuple[int, ...]) -> RegisteredRow:

@@ -290,7 +290,8 @@ class TensorProbe(Probe):
                     walk, step, walk_seconds, before=self.sizes, code_bounds=self.code_bounds, new_grew=False
                 )
                 self.ctx.emit(RecordType.HOLDERS, rec.to_dict())
-            self._check_births(step, exclude, ptrs, walk.tensor_holder, {**self.site_holders, **self.named_sites}, True)
+            named = {**self.site_holders, **self.named_sites}
+            self._check_births(step, exclude, ptrs, walk.tensor_holder, named, final=True)
             self._check_saved(step, ptrs)
             return
         self.prev_roots = walk.roots

@@ -216,6 +216,7 @@ class Walk(HolderTally, HookWalk):
             if maxsize:  # a bounded cache (128 entries by default), as a deque's maxlen: each a key and a result
                 self.bounds[id(kept)] = 2 * maxsize
             self._sequence(kept, path, holder or path, "lru_cache", weight, note or why)
+            self.bounds.pop(id(kept), None)  # `kept` is made for this walk: its id may be another list's next
 
     def _optimizer(self, obj, path, holder, weight, note) -> None:
         """Its own extra lists, the parameters it keeps that are not the model's, and its hooks."""
