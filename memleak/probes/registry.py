@@ -114,6 +114,7 @@ class Registry:
 
     def clear(self) -> None:
         self.first.clear()
+        self.own.clear()
 
 
 def _row(path: str, m, first: tuple[int, ...], n: tuple[int, ...], state) -> RegisteredRow:
