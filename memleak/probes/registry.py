@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
+import torch
+
 from ..records import RegisteredRow
 from .identity import state_tensors, tensor_nbytes, user_path
 
@@ -71,16 +73,13 @@ def _nbytes(t) -> int:
 def _storage_bytes(t, seen: set[int]) -> int:
     """The bytes of `t`'s storage, once per storage in `seen`: a gradient that autograd stole from
     the backward pass may be a view whose whole base it keeps (the rows `torch.stack` of a growing
-    list of parameters gives each of them)."""
-    try:
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key in seen:
-            return 0
-        seen.add(key)
-        return int(storage.nbytes())
-    except Exception:  # a tensor with no storage of its own (a subclass, a fake tensor)
-        return _nbytes(t)
+    list of parameters gives each of them); a sparse one's, its indices and values (`tensor_nbytes`)."""
+    key, nb = tensor_nbytes(t)
+    if key in seen:
+        return 0
+    seen.add(key)
+    # a dense tensor with no storage of its own (a subclass, a fake tensor): its elements
+    return nb if nb or t.layout is not torch.strided else _nbytes(t)
 
 
 class Registry:
@@ -88,7 +87,7 @@ class Registry:
 
     def __init__(self) -> None:
         self.first: dict[str, tuple[int, ...]] = {}
-        self.own: dict[str, int] = {}  # the most bytes of each module's own parameters and gradients so far
+        self.own: dict[str, int] = {}  # each module's own parameters' bytes when first seen, with their gradients'
 
     def rows(self, model, optimizer=None) -> tuple[RegisteredRow, ...]:
         """A row for each module whose entries differ in number from when it was first seen."""
@@ -97,15 +96,15 @@ class Registry:
             path = user_path(name) or "<root>"
             n = _entries(m)
             first = self.first.get(path)
-            own = _own_bytes(m)
+            size, grads = _own_bytes(m)
             if first is None:
                 if len(self.first) < MAX_PATHS:
                     # as with a dense gradient for each parameter (the first backward gives each one)
-                    self.first[path], self.own[path] = n, max(own, 2 * _own_bytes(m, grads=False))
+                    self.first[path], self.own[path] = n, max(size + grads, 2 * size)
                 continue
             if n != first:
                 changed.append((path, m, first, n))
-            elif own > OWN_GROWTH * self.own[path] + OWN_MIN_BYTES:
+            elif size + grads > OWN_GROWTH * self.own[path] + OWN_MIN_BYTES:
                 grown.append((path, m, first))
         changed.sort(key=lambda c: (-abs(sum(c[3]) - sum(c[2])), c[0]))
         state = getattr(optimizer, "state", None) or {}
@@ -138,15 +137,14 @@ def _row(path: str, m, first: tuple[int, ...], n: tuple[int, ...], state) -> Reg
     return RegisteredRow(path, sum(first), sum(n), size, grads, kept, newest, KINDS[grew])
 
 
-def _own_bytes(m, grads: bool = True) -> int:
-    """The bytes of a module's own parameters and (`grads`) their gradients (a sparse one's: its
-    indices and values)."""
+def _own_bytes(m) -> tuple[int, int]:
+    """The bytes of a module's own parameters, and of their gradients."""
     params = [p for p in m._parameters.values() if p is not None]
-    return sum(_nbytes(p) + (_grad_bytes(p) if grads else 0) for p in params)
+    return sum(_nbytes(p) for p in params), sum(_grad_bytes(p) for p in params)
 
 
 def _grad_bytes(p) -> int:
-    return tensor_nbytes(p.grad)[1] if p.grad is not None else 0
+    return _storage_bytes(p.grad, set()) if p.grad is not None else 0
 
 
 def _own_row(path: str, m, first: tuple[int, ...]) -> RegisteredRow:
