@@ -368,7 +368,7 @@ def test_where_a_suspect_keeps_graphs_the_rest_layer_says_it_has_what_they_saved
 def test_a_family_of_holders_is_drawn_once_not_also_as_its_first_members():
     """Walks before a family of holders made one per step was big enough to fold saw its members
     by name: the pictures draw the family (`heads.task*.weight`), not those few members too."""
-    from memleak.report.series import top_holders
+    from memleak.report.holder_lines import top_holders
 
     i = np.arange(20)
     steps = pd.DataFrame({"step": i, "time": 0.1 * (i + 1), "heap_bytes": 1e8 + 4096.0 * i})

@@ -9,7 +9,7 @@ import torch
 
 import memleak
 from memleak.probes.native import image_core
-from memleak.report.series import count_label
+from memleak.report.holder_lines import count_label
 from tests.helpers import model_and_optimizer
 
 Image = pytest.importorskip("PIL.Image")

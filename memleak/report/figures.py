@@ -13,6 +13,7 @@ import numpy as np
 
 from ..run import step_axis
 from ..units import fmt_bytes
+from . import holder_lines as H
 from . import series as S
 
 LINE_COLORS = {"allocated": "#1f3b73", "reserved": "#7f7f7f", "device total": "#d62728", "C heap": "#1f3b73"}
@@ -45,7 +46,7 @@ def memory_figure(report) -> Any:
     run = report.run
     x = step_axis(run.steps)
     lines = S.memory_lines(run)
-    holders = S.top_holders(run, report.suspects)
+    holders = H.top_holders(run, report.suspects)
     cx, layers = S.categories(
         run, holders, tuple(s.location for s in report.suspects), rest=S.rest_label(report.suspects)
     )
@@ -147,12 +148,12 @@ def _title(report) -> str:
 
 def holders_figure(report) -> Any:
     """Each top holder's bytes, tensor count and autograd nodes at each reference walk."""
-    names = S.top_holders(report.run, report.suspects)
+    names = H.top_holders(report.run, report.suspects)
     if not names:
         return None
     from plotly.subplots import make_subplots
 
-    tables = S.holder_series(report.run, names)
+    tables = H.holder_series(report.run, names)
     scale, unit = S.binary_scale(max(t["bytes"].max() for t in tables.values()) or 1.0)
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06)
     g = go()
@@ -163,7 +164,7 @@ def holders_figure(report) -> Any:
                 g.Scatter(
                     x=t["step"],
                     y=t[col] / div,
-                    name=name,
+                    name=name + H.note(report.run, name),
                     legendgroup=name,
                     showlegend=row == 1,
                     mode="lines+markers",
@@ -173,8 +174,8 @@ def holders_figure(report) -> Any:
                 row=row,
                 col=1,
             )
-    fig.update_layout(_layout("what each top holder keeps, at each reference walk", unit, height=560))
-    labels = (f"bytes ({unit})", S.count_label(report.run, names), S.nodes_label(tables).replace("\n", "<br>"))
+    fig.update_layout(_layout(H.title(report.run, names), unit, height=560))
+    labels = (f"bytes ({unit})", H.count_label(report.run, names), H.nodes_label(tables).replace("\n", "<br>"))
     for row, label in enumerate(labels, 1):
         fig.update_yaxes(title_text=label, rangemode="tozero", row=row, col=1)
     fig.update_xaxes(title_text="step", row=3, col=1)

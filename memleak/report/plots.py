@@ -17,6 +17,7 @@ from ..run import step_axis
 from ..schema import Kind, Suspect
 from ..suspects import CULPRITS, EXPLAINED_SHARE, SYMPTOMS
 from ..units import fmt_bytes
+from . import holder_lines as H
 from . import series as S
 
 #: Series drawn in the memory panel: these when present, else the first fallback present.
@@ -51,7 +52,7 @@ def plot_run(run, growth=None, suspects=None):
     ax = axes[0]
 
     series = _memory_series(steps, growth)
-    holders = S.top_holders(run, suspects or ())
+    holders = H.top_holders(run, suspects or ())
     cx, layers = (
         S.categories(run, holders, _named(suspects), rest=S.rest_label(suspects)) if len(x) else (np.array([]), [])
     )
@@ -89,25 +90,25 @@ def plot_run(run, growth=None, suspects=None):
 def plot_holders(run, suspects=None):
     """The top holders at each reference walk: bytes, tensors and autograd nodes, one line per
     holder. None when the run walked no holders."""
-    names = S.top_holders(run, suspects or ())
+    names = H.top_holders(run, suspects or ())
     if not names:
         return None
     Figure = _figure_class()
-    tables = S.holder_series(run, names)
+    tables = H.holder_series(run, names)
     scale, unit = S.binary_scale(max(float(t["bytes"].max()) for t in tables.values()) or 1.0)
     fig = Figure(figsize=(11, 6.5), layout="constrained")
     axes = fig.subplots(3, 1, sharex=True)
     for name, t in tables.items():
-        color = S.holder_color(names, name)
+        color, label = S.holder_color(names, name), _short(name) + H.note(run, name)
         for ax, col, div in zip(axes, ("bytes", "count", "nodes"), (scale, 1.0, 1.0), strict=True):
-            ax.plot(t["step"], t[col] / div, marker=".", linewidth=1.3, color=color, label=_short(name))
+            ax.plot(t["step"], t[col] / div, marker=".", linewidth=1.3, color=color, label=label)
         capped = t[t["capped"] > 0]
         axes[2].plot(capped["step"], capped["nodes"], "o", markerfacecolor="white", color=color, linestyle="none")
-    for ax, label in zip(axes, (f"held ({unit})", S.count_label(run, names), S.nodes_label(tables)), strict=True):
+    for ax, label in zip(axes, (f"held ({unit})", H.count_label(run, names), H.nodes_label(tables)), strict=True):
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-    axes[0].set_title("what each top holder keeps, at each reference walk", fontsize=10, loc="left")
+    axes[0].set_title(H.title(run, names), fontsize=10, loc="left")
     axes[0].legend(**OUTSIDE)
     axes[-1].set_xlabel("step")
     return fig

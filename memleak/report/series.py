@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..holder_names import family_name
 from ..run import own_adjusted, step_axis
 from ..schema import HOST_COLUMNS, OWN_COLUMN, Kind
+from .holder_lines import holder_series
 
 #: Points a drawn series keeps at most (min and max of each of half as many buckets).
 MAX_POINTS = 2000
@@ -45,8 +45,6 @@ CATEGORY_COLORS = {
     REST: "#d5d0cc",
 }
 PALETTE = ("#e45756", "#54a24b", "#b279a2", "#ff9da6", "#9d755d", "#72b7b2", "#d67195", "#79706e")
-#: Holders named in the pictures at most.
-TOP_HOLDERS = 6
 
 
 def downsample(x, y, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -107,21 +105,6 @@ def diverging(divergences) -> dict[int, str]:
     return {rank: ", ".join(kinds) for rank, kinds in out.items()}
 
 
-def top_holders(run, suspects=(), n: int = TOP_HOLDERS) -> list[str]:
-    """The holders worth drawing: those a suspect names first, then the most bytes ever held."""
-    peak: dict[str, float] = {}
-    for rec in getattr(run, "holders", []):
-        for h in rec.holders:
-            if h.holder:
-                peak[h.holder] = max(peak.get(h.holder, 0.0), float(h.bytes))
-    # a holder made one per step is drawn once, in its family (`heads.task*.weight`), not also as
-    # each of the first few members the walks saw before the family was big enough to fold
-    peak = {k: v for k, v in peak.items() if family_name(k) not in peak}
-    named = [s.location for s in suspects or () if s.location in peak]
-    rest = sorted((k for k in peak if k not in named), key=lambda k: -peak[k])
-    return list(dict.fromkeys([*named, *rest]))[:n]
-
-
 def rest_label(suspects=()) -> str:
     """The rest layer's label. Where a suspect keeps autograd graphs, the tensors those graphs saved
     for backward are in it, not in the holder's layer (a walk counts a graph's nodes, not the bytes
@@ -154,38 +137,6 @@ def holder_color(holders: list[str], name: str) -> str:
     return PALETTE[(holders.index(name) if name in holders else len(holders)) % len(PALETTE)]
 
 
-def holder_series(run, names: list[str]) -> dict[str, pd.DataFrame]:
-    """Each named holder over the walks: a table of step, bytes and count (its tensors' and its
-    plain Python data's: a queue of bytes, a list of floats), nodes (0 on a walk that did not find
-    it) and capped (1 where the node count stopped at its cap: a lower bound)."""
-    records = getattr(run, "holders", [])
-    out: dict[str, pd.DataFrame] = {}
-    for name in names:
-        rows = []
-        for rec in records:
-            h = next((h for h in rec.holders if h.holder == name), None)
-            held = (h.bytes + h.obj_bytes, h.count + h.objects) if h is not None else (0, 0)
-            rows.append((rec.step, 0, 0, 0, 0) if h is None else (rec.step, *held, h.nodes, h.capped))
-        out[name] = pd.DataFrame(rows, columns=["step", "bytes", "count", "nodes", "capped"], dtype=float)
-    return out
-
-
-def count_label(run, names: list[str]) -> str:
-    """The count axis' label: tensors, and numpy arrays, images and Python objects where a named holder keeps them."""
-    rows = [h for rec in getattr(run, "holders", []) for h in rec.holders if h.holder in names]
-    kept = {"numpy arrays": "np_arrays", "images": "images", "Python objects": "objects"}
-    kinds = ["tensors"] + [what for what, field in kept.items() if any(getattr(h, field) for h in rows)]
-    return " and ".join(kinds) if len(kinds) < 3 else ", ".join(kinds[:-1]) + " and " + kinds[-1]
-
-
-NODES_CAPPED = "autograd nodes\n(hollow: a lower bound)"
-
-
-def nodes_label(tables: dict[str, pd.DataFrame]) -> str:
-    """The node axis's label: it says so when some counts are lower bounds."""
-    return NODES_CAPPED if any(t["capped"].any() for t in tables.values()) else "autograd nodes"
-
-
 def categories(
     run, holders: list[str], keep: tuple[str, ...] = (), min_share: float = 0.01, rest: str = REST
 ) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
@@ -198,7 +149,7 @@ def categories(
     ([], []) when the run has neither categories nor holders."""
     emptied = _traced_steps(run)
     records = [r for r in getattr(run, "module_records", []) if r.categories and r.step not in emptied]
-    walks = holder_series(run, holders) if holders else {}
+    walks = holder_series(run, holders, births=False) if holders else {}
     if records:
         x = np.array([r.step for r in records], dtype=float)
         layers = [(label, np.array([r.categories.get(k, 0) for r in records], dtype=float)) for k, label in CATEGORIES]
