@@ -121,6 +121,8 @@ DETAIL_EVENT = "detail"
 #: The event of each of the auto level's checks (the reference walk at the end of a step, between
 #: windows): ``{"event": "check", "step": the step}``; `Run.check_steps` reads them back.
 CHECK_EVENT = "check"
+#: The event of the garbage collection when a run ends with memory rising (recorder/live.py), what it freed.
+GC_AT_END = "gc_at_end"
 #: The event of a tracemalloc window: the user's lines whose blocks it saw stay alive (probes/alloc_sites.py).
 ALLOC_SITES_EVENT = "alloc_sites"
 

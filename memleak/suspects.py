@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from .detect.new_shapes import per_shape_growth
@@ -79,9 +79,10 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
         in_host = finding_data(f).get("host")
         groups.setdefault(f.location, []).append(unconfirmed(f, host if in_host else measured_bps, growing_model))
     stored = {f.location: f.data.get("stored", "") for f in findings if isinstance(f.data, dict)}
+    order = _ranking(findings)
     entries: dict[str, list[str]] = {}  # a culprit -> the entries of its container folded into it
-    ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=score, reverse=True), stored, entries)
-    ranked = sorted(_slow_records(ranked, findings), key=score, reverse=True)
+    ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=order, reverse=True), stored, entries)
+    ranked = sorted(_slow_records(ranked, findings), key=order, reverse=True)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:
         return _per_shape(_bounded_growth(ranked, findings, entries), findings)
@@ -118,6 +119,13 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
         explained = _explained(top, folded, own_graphs, findings, entries)
         out = [explained if s is top else s for s in out]
     return _graphs_below(out, culprits[0].location, measured_bps, growing)
+
+
+def _ranking(findings: list[Finding]) -> Callable[[Suspect], tuple]:
+    """`score`, but a holder of one tensor grown in bytes alone after a holder gaining tensors as
+    sure: it is most likely made from it each step (`torch.stack(bank.entries)`), which is what to fix."""
+    lone = {f.location for f in findings if finding_data(f).get("bytes_only")}
+    return lambda s: (*score(s)[:3], s.location not in lone, s.total_bytes)
 
 
 def _graphs_below(ranked: list[Suspect], top: str, measured_bps: float, growing: set[str]) -> list[Suspect]:

@@ -31,7 +31,9 @@ import numpy as np
 from ..run import HOST_COLUMNS, Run, own_adjusted, step_axis
 from ..schema import ALLOC_SITES_EVENT, NO_STEPS, Finding, Kind, Shape, to_jsonable
 from ..units import fmt_bytes
+from .garbage import collected
 from .growth_shape import MIN_POINTS, Verdict, classify, label_warmup, warmup_length
+from .lazy_state import created_lazily
 from .new_shapes import shapes_note
 from .thresholds import min_rel_growth, not_a_leak
 from .trend import bin_series
@@ -155,7 +157,7 @@ def analyze_growth(run: Run, column: str | None = None, min_rel: float | None = 
     v = classify(x[w:], y[w:], floor, min_rel)
     v = label_warmup(v, y, w, warmup_rows=int(pos[raw_index[w]]))
     first = int(raw_index[w + v.start])
-    return _growth(
+    g = _growth(
         run,
         column,
         capacity,
@@ -165,6 +167,8 @@ def analyze_growth(run: Run, column: str | None = None, min_rel: float | None = 
         last_value=float(y_raw[-1]),
         raw_x=x_raw[first:],
     )
+    g = collected(run, g, y_raw[first:])  # cyclic garbage, given back by a collection
+    return created_lazily(run, g, x_raw[first:], y_raw[first:])  # optimizer state, bounded
 
 
 def detect(run: Run) -> list[Finding]:

@@ -35,8 +35,30 @@ def memory_categories(model, opt, counter: Callable[[], int] | None) -> dict[str
     state = getattr(opt, "state", None)
     for p in state or ():
         cats["optimizer_state"] += sum(size(v) for v in state_tensors(state, p))
+    cats.update(optimizer_params(opt, state))
     if counter is not None:
         total = int(counter())
         cats["total"] = total
         cats["other"] = max(0, total - sum(cats[k] for k in ("parameter", "buffer", "gradient", "optimizer_state")))
     return cats
+
+
+def optimizer_params(opt, state) -> dict[str, int]:
+    """The bytes of the parameters the optimizer steps (``optimizer_params``) and of those it has
+    made state for (``stateful_params``): Adam makes a parameter's state at its first update, so
+    state that grows with the second while the first stays is created lazily, bounded by the first
+    (detect/lazy_state.py). Empty without an optimizer."""
+    groups = getattr(opt, "param_groups", None)
+    if not groups:
+        return {}
+    total = stateful = 0
+    for group in groups:
+        for p in group.get("params", ()):
+            try:
+                t = local_tensor(p)
+                n = t.numel() * t.element_size()
+            except (RuntimeError, TypeError, AttributeError):
+                continue
+            total += n
+            stateful += n if state and state.get(p) else 0
+    return {"optimizer_params": total, "stateful_params": stateful}

@@ -21,6 +21,7 @@ columns given more room): such a step is always read (`forced`).
 from __future__ import annotations
 
 import collections
+import gc
 import time
 from collections.abc import Callable
 
@@ -54,6 +55,7 @@ class HeapReads:
         self.credit = 0.0  # step time's share earned and not yet spent on reads
         self.since = 0  # steps since the last read
         self.base: int | None = None  # this step's read
+        self.collections = 0  # the cyclic garbage collector's collections at that read
         # the last reads (step, heap less memleak's own), and the one before tracemalloc started with
         # the slope then, until the first read after it stopped (`traced`)
         self.recent: collections.deque[tuple[int, int]] = collections.deque(maxlen=9)
@@ -84,6 +86,7 @@ class HeapReads:
         if step < DENSE_STEPS or due or forced():
             self.since = 0
             self.base = self.read()
+            self.collections = _collections()
             self._after_window(step, self.base - self.own)  # may take the window's rise off first
             self.recent.append((step, self.base - self.own))
         else:
@@ -99,6 +102,9 @@ class HeapReads:
         bytes the bookkeeping moved that are counted apart (tracemalloc's, started or stopped)."""
         if kept and self.base is not None:
             delta = self.counter() - self.base - shift
+            # a collection that memleak's own objects set off frees the user's garbage too (an
+            # awaitable in a reference cycle): a fall then is not memleak's to take off its bytes
+            frees = frees and _collections() == self.collections
             self.own += delta if delta >= 0 or frees else 0
 
     def traced(self, step: int, seen: bool, shift: int, stopped: bool) -> None:
@@ -119,6 +125,11 @@ class HeapReads:
         s0, h0, slope = self.window
         self.window = None
         self.own += max(0, int(value - (h0 + slope * (step - s0))))
+
+
+def _collections() -> int:
+    """Collections the cyclic garbage collector has run so far, of every generation."""
+    return sum(g["collections"] for g in gc.get_stats())
 
 
 def untraced(values: dict, heap: HeapReads | None) -> int:

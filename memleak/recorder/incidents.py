@@ -29,6 +29,17 @@ def oom_counters(device: torch.device) -> dict[str, Any]:
     return counters
 
 
+def start_history(sink: RecordSink, record_history: bool | int) -> bool:
+    """Turn on the allocator's memory history (for the snapshots at an OOM or a leak); whether it is on."""
+    from ..probes import history
+
+    entries = 100_000 if record_history is True else int(record_history)
+    if not history.start(entries):
+        sink.event("probe_skipped", probe="history", reason="memory history needs CUDA")
+        return False
+    return True
+
+
 def dump_history(sink: RecordSink, run_path: Path, name: str, step: int) -> None:
     """Dump the allocator history to `name` beside the run file (never over a file already there)
     and say so in an event; a dump that fails is a warning and an event, never an exception."""

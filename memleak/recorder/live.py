@@ -12,7 +12,7 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..schema import OWN_COLUMN
+from ..schema import GC_AT_END, OWN_COLUMN
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -193,15 +193,8 @@ class LiveCheck:
         """Warn once, as soon as the growth detector confirms a leak; that growth, else None."""
         if self.confirmed:
             return None
-        import numpy as np
-
-        from ..detect.thresholds import min_rel_growth
-        from ..schema import HOST_COLUMNS, MEMORY_COLUMNS
-
-        series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self.series.items()}
-        own = np.nan_to_num(series[OWN_COLUMN])  # off the host series, as the detector takes it
-        screened = {col: series[col] - own if col in HOST_COLUMNS else series[col] for col in MEMORY_COLUMNS}
-        if not any(later_half_rises(y, min_rel_growth(col)) for col, y in screened.items()):
+        series, rising = self._screen()
+        if not rising:
             return None  # the usual case, a clean run: no need for the full (~10 ms) analysis
         t0 = time.perf_counter()
         from ..detect import growth as _  # noqa: F401  (pandas and scipy: ~20 MiB of C heap, not before a rise)
@@ -225,6 +218,40 @@ class LiveCheck:
         self.confirmed = True
         _announce(growth, step, _growth_start(steps, growth, step), sink, loud=not self.warned_elsewhere())
         return growth
+
+    def _screen(self) -> tuple[dict[str, Any], list[str]]:
+        """The live columns as arrays, and the memory columns (less memleak's own bytes) whose later
+        half rises: the cheap screen before the growth detector."""
+        import numpy as np
+
+        from ..detect.thresholds import min_rel_growth
+        from ..schema import HOST_COLUMNS, MEMORY_COLUMNS
+
+        series = {col: np.frombuffer(vals, dtype=np.float64).copy() for col, vals in self.series.items()}
+        own = np.nan_to_num(series[OWN_COLUMN])  # off the host series, as the detector takes it
+        screened = {col: series[col] - own if col in HOST_COLUMNS else series[col] for col in MEMORY_COLUMNS}
+        return series, [col for col, y in screened.items() if later_half_rises(y, min_rel_growth(col))]
+
+    def collect_at_end(self, step: int, sink: RecordSink, read_now: ReadNow) -> None:
+        """When the run ends with memory still rising: one full garbage collection, what it gave back
+        in the run (`GC_AT_END`). Cyclic garbage waits for Python's collector, which runs when enough
+        new objects pile up (sooner or later under memleak, whose own objects count too): memory
+        that only rose because none ran yet is not a leak (detect/growth.py). None runs while the
+        program keeps the collector off (`_collect`)."""
+        import gc
+
+        if not gc.isenabled() or len(self.series["step"]) < 2:
+            return
+        try:
+            rising = self._screen()[1]
+            before = {col: read_now(col) for col in rising}
+            if rising:
+                _collect(read_now)
+            freed = {col: b - a for col, b in before.items() if b is not None and (a := read_now(col)) is not None}
+            if freed:
+                sink.event(GC_AT_END, step=step, freed=freed)
+        except Exception as e:  # never hurt the run it watched
+            log.warning("memleak: the garbage collection at the run's end failed: %r", e)
 
     def _confirmed(self, growth: Growth, steps: pd.DataFrame, step: int, sink: RecordSink, read_now: ReadNow) -> bool:
         """A leak the live check may report: growth that lasted and kept its slope since an earlier

@@ -24,8 +24,8 @@ from . import running
 from .boundaries import Boundaries
 from .escalation import AutoLevel
 from .heap_reads import HeapReads, untraced
-from .incidents import dump_history, oom_counters, read_now
-from .live import LiveCheck
+from .incidents import dump_history, oom_counters, read_now, start_history
+from .live import LiveCheck, ReadNow
 from .options import checked_options
 from .runinfo import base_meta, run_file_path
 
@@ -142,8 +142,8 @@ class Tracker:
         for name, why in skipped:
             log.info("memleak: %s probe skipped: %s", name, why)
             self.sink.event("probe_skipped", probe=name, reason=why)
-        if self.record_history:
-            self._start_history()
+        if self.record_history and not start_history(self.sink, self.record_history):
+            self.record_history = False
         from ..probes.host import heap_counter
 
         self._heap = heap_counter()
@@ -189,15 +189,6 @@ class Tracker:
         else:
             self._started_sink().record(type_, body)
 
-    def _start_history(self) -> None:
-        """Turn on the allocator's memory history (for the snapshots at an OOM or a leak)."""
-        from ..probes import history
-
-        entries = 100_000 if self.record_history is True else int(self.record_history)
-        if not history.start(entries):
-            self._started_sink().event("probe_skipped", probe="history", reason="memory history needs CUDA")
-            self.record_history = False
-
     def close(self, exc: BaseException | None = None) -> None:
         """Stop recording: remove every hook, stop every probe, close the file. Idempotent; waits
         for a step another thread is recording."""
@@ -235,6 +226,8 @@ class Tracker:
 
                 history.stop()
             if self.sink is not None:
+                if exc is None:  # ended with memory rising: what a collection gives back (live.py)
+                    self._live.collect_at_end(self._step - 1, self.sink, self._read_now())
                 self.sink.close()
 
     @property
@@ -329,14 +322,17 @@ class Tracker:
             self._set_detail(step + 1, *change)
         self._step = step = step + 1
         if step >= live.next_at and live.due(step, now - self._t0):
-            own = heap.own_bytes if heap is not None else lambda: 0.0  # memleak's own bytes on the heap
-            now_read = functools.partial(read_now, heap=self._heap, own=own, device=self.device)
-            live.run(step, self.meta, self._started_sink(), now_read, self._on_leak_confirmed)
+            live.run(step, self.meta, self._started_sink(), self._read_now(), self._on_leak_confirmed)
             if heap is not None:
                 heap.own += int(live.own_delta)  # what it kept on the heap (see LiveCheck.run)
             live.own_delta = 0.0
         if self.active:  # on_leak may have closed the tracker: install nothing after close
             self._begin(step)
+
+    def _read_now(self) -> ReadNow:
+        """Reads a memory column again now, less memleak's own bytes on the heap (the live checks')."""
+        own = self._heap_reads.own_bytes if self._heap_reads is not None else lambda: 0.0
+        return functools.partial(read_now, heap=self._heap, own=own, device=self.device)
 
     def _plain_step(self) -> bool:
         """Whether the step that ends recorded the counters alone (no probe's detail, no check)."""
