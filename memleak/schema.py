@@ -290,6 +290,7 @@ STEP_COLUMNS = {
     "gc_collected": "objects those full collections freed so far",
     "grad_enabled": "1 when gradients were enabled at the end of the step, 0 under no_grad or inference_mode",
     "profiler_on": "1 when a profiler (torch.profiler, torch.autograd.profiler) was recording at the end of the step",
+    "autocast_cached": "1 when a torch.autocast block with its cast cache on was open at the end of the step",
     "optimizer_steps": "optimizer.step() calls so far (when an optimizer was given)",
     "grad_scale": "the loss scale of AMP's GradScaler (found among the variables where tracking started); "
     "it falls when the scaler skipped a step for inf or NaN gradients",

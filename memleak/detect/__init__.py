@@ -20,6 +20,7 @@ DETECTORS = (
     "workers",
     "pinned",
     "profilers",
+    "autocast",
     "drops",
     "no_grad",
 )

@@ -36,6 +36,8 @@ HOST_SHARE = 0.25
 #: process reuses memory it freed earlier (pymalloc keeps freed arenas for new objects), and a
 #: steady 64 KiB a step is a gibibyte every 16k steps.
 MIN_UNBACKED_BPS = 64 * 1024
+#: ...as one buffer does that was larger at each of this many walks (`_grown_in_place`).
+IN_PLACE_SAMPLES = 6
 
 
 def host_growth(run: Run, min_rel: float | None = MIN_REL_GROWTH) -> Growth | None:
@@ -73,7 +75,7 @@ def object_findings(run: Run, holders: Sequence[HoldersRecord], hkinds: dict[str
     alone = own if host is not None and own > MIN_REL_GROWTH and not analyze_growth(run, host.column).leak else 0.0
     for name, (tr, rows) in grown.items():
         backed = host is not None and tr["slope"] >= HOST_SHARE * host.slope
-        if backed or tr["slope"] >= MIN_UNBACKED_BPS:
+        if backed or tr["slope"] >= MIN_UNBACKED_BPS or _grown_in_place(rows, hkinds.get(name) or ""):
             _entry(findings, name, hkinds.get(name) or "", steps, rows, tr, host if backed else None, alone)
 
 
@@ -136,6 +138,19 @@ def _entry(
             if alone
             else ""
         )
+    )
+
+
+def _grown_in_place(rows, hkind: str) -> bool:
+    """One buffer (`_one_buffer`) larger at each of IN_PLACE_SAMPLES walks or more: it grows only by
+    what is written to it, its size measured, not estimated, so it is its own witness where host
+    memory does not show it (a StringIO's lines are small strings in pymalloc's arenas, which the
+    process reuses)."""
+    sizes = _col(rows, "obj_bytes")
+    return (
+        _one_buffer(_col(rows, "objects"), hkind)
+        and len(sizes) >= IN_PLACE_SAMPLES
+        and all(b > a for a, b in zip(sizes, sizes[1:], strict=False))
     )
 
 

@@ -23,10 +23,10 @@ ITEM_BUDGET = 100
 #: Of a long container inside an item, the items sized (the rest scaled from them).
 INNER = 8
 _CONTAINERS = (list, tuple, set, frozenset, collections.deque, dict)
-#: Buffers of plain data whose sys.getsizeof counts their contents (a BytesIO kept per step: a
-#: ``torch.save`` into memory; not a StringIO, whose size leaves out its text). Held by themselves,
-#: outside a container, the walk sizes them too (`Walk._visit`): they grow in place (`raw += chunk`).
-BUFFERS = (bytearray, io.BytesIO, array.array)
+#: Buffers of plain data (a BytesIO kept per step: a ``torch.save`` into memory; a StringIO a
+#: logging handler writes to). Held by themselves, outside a container, the walk sizes them too
+#: (`Walk._visit`): they grow in place (`raw += chunk`).
+BUFFERS = (bytearray, io.BytesIO, array.array, io.StringIO)
 #: Scalars, and those buffers.
 _LEAVES = (float, complex, str, bytes, *BUFFERS)
 
@@ -36,6 +36,11 @@ def _leaf_size(obj) -> int:
     t = type(obj)
     if obj is None or t is bool or (t is int and -5 <= obj <= 256):
         return 0
+    if t is io.StringIO:  # its size leaves out its text: a character a byte at least, up to where it was written
+        try:
+            return sys.getsizeof(obj) + obj.tell()
+        except ValueError:  # closed: its text is gone
+            return sys.getsizeof(obj)
     return sys.getsizeof(obj)
 
 

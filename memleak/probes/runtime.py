@@ -1,7 +1,9 @@
 """Python's and autograd's state at each step's end: the full collections of the cyclic garbage
 collector (so a sudden drop can be told apart as garbage freed), whether gradients were on
-(so an inference or evaluation loop is reported as one) and whether a profiler was recording
-(it keeps an event per op in host memory while it does). About a microsecond a step."""
+(so an inference or evaluation loop is reported as one), whether a profiler was recording
+(it keeps an event per op in host memory while it does) and whether a torch.autocast block with
+its cast cache was open (it keeps a cast of each new leaf tensor until it exits). About a
+microsecond a step."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from typing import Any
 
 import torch
 
-from . import Probe
+from . import Probe, ProbeContext
 
 _is_grad_enabled = torch.is_grad_enabled
 _is_inference = torch.is_inference_mode_enabled
 _profiler_enabled = getattr(torch._C._autograd, "_profiler_enabled", lambda: True)
+_autocast_on = torch.is_autocast_enabled
+_autocast_cache_on = torch.is_autocast_cache_enabled
 
 #: Profilers that keep an event per op in memory (NVTX and ITT only mark ranges for an outside tool).
 _KEEPING_PROFILERS = ("KINETO", "LEGACY")
@@ -31,8 +35,22 @@ def profiler_on() -> int:
     return int(active is not None and active().name in _KEEPING_PROFILERS)
 
 
+def autocast_cached(device_types: tuple[str, ...]) -> int:
+    """1 while a torch.autocast block for one of `device_types` is open with its cast cache on (it
+    keeps the lower-precision copy of each leaf tensor that requires grad it casts until the
+    outermost block exits: detect/autocast.py), else 0."""
+    if not _autocast_cache_on():
+        return 0
+    return int(any(_autocast_on(t) for t in device_types))
+
+
 class RuntimeProbe(Probe):
     name = "runtime"
+    autocast_types: tuple[str, ...] = ("cpu",)
+
+    def start(self, ctx: ProbeContext) -> dict[str, Any]:
+        self.autocast_types = tuple(dict.fromkeys((ctx.device.type, "cpu")))
+        return {}
 
     def sample(self, step: int, step_seconds: float) -> dict[str, Any]:
         # Read each step, not counted by a gc callback: a collection can run inside a compiled
@@ -44,4 +62,5 @@ class RuntimeProbe(Probe):
             "gc_collected": full["collected"],
             "grad_enabled": 1 if _is_grad_enabled() and not _is_inference() else 0,
             "profiler_on": profiler_on(),
+            "autocast_cached": autocast_cached(self.autocast_types),
         }
