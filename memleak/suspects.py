@@ -58,6 +58,10 @@ SYMPTOMS = (Kind.LINEAR_GROWTH,)
 EXPLAINED_SHARE = 0.5
 
 
+#: A holder of one tensor grown in bytes alone ranks after a holder gaining tensors this much less sure.
+LONE_MARGIN = 0.05
+
+
 def score(s: Suspect) -> tuple:
     # a leaking culprit explains the growth it causes: it ranks above any generic growth suspect
     return (s.leak, s.leak and s.kind in CULPRITS, s.confidence * SPECIFICITY.get(s.kind, 0.5), s.total_bytes)
@@ -122,10 +126,17 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
 
 
 def _ranking(findings: list[Finding]) -> Callable[[Suspect], tuple]:
-    """`score`, but a holder of one tensor grown in bytes alone after a holder gaining tensors as
-    sure: it is most likely made from it each step (`torch.stack(bank.entries)`), which is what to fix."""
+    """`score`, but a holder of one tensor grown in bytes alone after a holder gaining tensors about
+    as sure (LONE_MARGIN): it is most likely made from it each step (`torch.stack(bank.entries)`),
+    which is what to fix. The margin spans the detectors' confidences for one holder: the walk's
+    series and the survivor checks' samples rate it 0.95 and 0.91."""
     lone = {f.location for f in findings if finding_data(f).get("bytes_only")}
-    return lambda s: (*score(s)[:3], s.location not in lone, s.total_bytes)
+
+    def order(s: Suspect) -> tuple:
+        leak, culprit, weighted, *rest = score(s)
+        return (leak, culprit, weighted - (LONE_MARGIN if s.location in lone else 0.0), *rest)
+
+    return order
 
 
 def _graphs_below(ranked: list[Suspect], top: str, measured_bps: float, growing: set[str]) -> list[Suspect]:

@@ -10,7 +10,6 @@ it gave back (`GC_AT_END`, recorder/live.py); growth that it gave back most of i
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy as np
 from ..run import Run
 from ..schema import GC_AT_END, Shape
 from ..units import fmt_bytes
-from .lifetimes import gc_returned
+from .lifetimes import explained, gc_returned
 
 #: A growth a garbage collection gave back is no leak: its confidence at most this.
 GC_CONFIDENCE = 0.25
@@ -39,13 +38,4 @@ def collected(run: Run, g: Any, y: np.ndarray) -> Any:
         f"{freed / rise:.0%} of what it rose: it was cyclic garbage (objects in reference cycles) "
         "waiting for Python's collector, not a leak"
     )
-    notes = (*g.evidence, why)
-    return dataclasses.replace(
-        g,
-        shape=Shape.SAWTOOTH,
-        leak=False,
-        confidence=min(g.confidence, GC_CONFIDENCE),
-        steps_to_full=None,
-        seconds_to_full=None,
-        evidence=notes,
-    )
+    return explained(g, Shape.SAWTOOTH, why, GC_CONFIDENCE)

@@ -13,7 +13,6 @@ parameters added to the optimizer (a param group a step) are not this.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ import numpy as np
 from ..run import Run
 from ..schema import Shape
 from ..units import fmt_bytes
+from .lifetimes import explained
 
 #: The state's rise must be at least this share of the memory's over the same steps...
 EXPLAINED_SHARE = 0.8
@@ -55,15 +55,7 @@ def created_lazily(run: Run, g: Any, x: np.ndarray, y: np.ndarray) -> Any:
         "expert or a layer trained late), at the same bytes per parameter: it is bounded, at most "
         f"{fmt_bytes(more)} more once every parameter it steps has state, not a leak"
     )
-    return dataclasses.replace(
-        g,
-        shape=Shape.BOUNDED,
-        leak=False,
-        confidence=min(g.confidence, LAZY_CONFIDENCE),
-        steps_to_full=None,
-        seconds_to_full=None,
-        evidence=(*g.evidence, why),
-    )
+    return explained(g, Shape.BOUNDED, why, LAZY_CONFIDENCE)
 
 
 def _same_ratio(a: dict[str, int], b: dict[str, int]) -> bool:

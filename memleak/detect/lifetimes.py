@@ -18,7 +18,7 @@ Pure (no torch), used by the growth detector, the live check in the recorder, an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -79,6 +79,20 @@ def gc_returned(slope: float, steps: float, before: float, after: float) -> bool
     `steps` since the check that first saw it (which collected once, so older garbage is gone)."""
     rise = slope * max(steps, 1.0)
     return rise > 0 and before - after >= GC_SHARE * rise
+
+
+def explained(g, shape: Shape, why: str, confidence: float = 0.25):
+    """Growth `g` (a `growth.Growth`) that something else explains: no leak, of `shape`, at most
+    `confidence` sure, no projection, and `why` last in its evidence."""
+    return replace(
+        g,
+        shape=shape,
+        leak=False,
+        confidence=min(g.confidence, confidence),
+        steps_to_full=None,
+        seconds_to_full=None,
+        evidence=(*g.evidence, why),
+    )
 
 
 # ---------------------------------------------------------------- epochs that hold graphs

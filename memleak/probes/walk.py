@@ -51,6 +51,7 @@ from .walk_scope import (
     named_by_class,
     opened_inside,
     pandas_managers,
+    script_attributes,
     skipped,
     tensor_attrs,
     top_package,
@@ -356,7 +357,7 @@ class Walk(HolderTally, HookWalk):
             path, kind, holder = name, "module_attr", None
         kind = "metric_state" if is_metric(mod) else kind  # torchmetrics' Metric, on the model or not
         d = mod.__dict__
-        for k, v in d.items():
+        for k, v in [*d.items(), *script_attributes(mod)]:  # a scripted module's C++ attributes too
             if k in MODULE_SKIP or atom(v):
                 continue
             p = f"{path}.{k}" if path else k

@@ -344,6 +344,25 @@ def callback_kind(kind: str) -> str:
     return "callback" if kind in ("local", "global", "class_attr", "module_attr", "closure") else kind
 
 
+def script_attributes(mod: Any) -> list[tuple[str, Any]]:
+    """A scripted module's attributes of tensors that its C++ object keeps, not its ``__dict__`` (a
+    ``List[Tensor]`` its forward appends to): each read gives a Python copy of the same tensors."""
+    if not isinstance(mod, torch.jit.RecursiveScriptModule):
+        return []
+    try:
+        attrs = mod._concrete_type.get_attributes()
+    except Exception:  # a module scripted by another torch version: its attributes unread
+        return []
+    out = []
+    for name, (typ, is_param) in attrs.items():
+        if not is_param and "Tensor" in str(typ) and name not in mod._buffers:
+            try:
+                out.append((name, getattr(mod, name)))
+            except Exception:
+                continue
+    return out
+
+
 def is_metric(mod: Any) -> bool:
     """A metric (torchmetrics' Metric, ignite's, or any object with update, compute and reset): its
     states keep every update until reset()."""
