@@ -236,7 +236,7 @@ class LiveCheck:
         """When the run ends with memory still rising: one full garbage collection, what it gave back
         in the run (`GC_AT_END`). Cyclic garbage waits for Python's collector, which runs when enough
         new objects pile up (sooner or later under memleak, whose own objects count too): memory
-        that only rose because none ran yet is not a leak (detect/growth.py). None runs while the
+        that only rose because none ran yet is not a leak (detect/garbage.py). None runs while the
         program keeps the collector off (`_collect`)."""
         import gc
 
