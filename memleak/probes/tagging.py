@@ -169,21 +169,26 @@ class Tagging:
         return why
 
     def _pop(self) -> str | None:
-        """Pop the mode, then the hooks, each only if on top of this thread's stack; None when both went."""
+        """Pop the mode, then the hooks, each only if on top of this thread's stack; None when both went.
+        An empty stack has lost them already: pushed in a step that began inside backward (an
+        optimizer stepped from a gradient hook), they went when the autograd engine put back the
+        thread's state it had saved."""
         n = torch._C._len_torch_function_stack()
-        if self.paused:  # off the stack already (the step ended inside the optimizer's)
+        if self.paused or (self.mode is not None and not n):  # off the stack already
             self.mode, self.paused = None, False
             warn_sites.uninstall()
         if self.mode is not None:
-            if not (n and torch._C._get_function_stack_at(n - 1) is self.mode):
+            if torch._C._get_function_stack_at(n - 1) is not self.mode:
                 return "a torch function mode was left open over memleak's"
             self.mode.__exit__(None, None, None)
             self.mode = None
             warn_sites.uninstall()
         if self.hooks is not None:
-            if torch._C._autograd._top_saved_tensors_default_hooks(False) != (self.pack, unpack):
+            top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+            if top is not None and top != (self.pack, unpack):
                 return "a saved-tensor hook was left open over memleak's"
-            self.hooks.__exit__(None, None, None)
+            if top is not None:
+                self.hooks.__exit__(None, None, None)
             self.hooks = None
             _unwrap_disable()
         return None
