@@ -218,6 +218,12 @@ class HolderRow(_Record):
     )
     TUPLES = frozenset({"seq"})
 
+    @property
+    def held_bytes(self) -> int:
+        """The bytes it holds: its tensors' storages and its plain Python data (a heap of the best
+        checkpoints' bytes, an lru_cache's token lists)."""
+        return self.bytes + self.obj_bytes
+
 
 @dataclass(frozen=True, slots=True)
 class HoldersRecord(_Record):

@@ -55,7 +55,7 @@ def filling_bounded(holders: Sequence[HoldersRecord], memory: float | None = Non
             f"{name} is a bounded container (it keeps at most {last.capacity} items: a deque's maxlen, the "
             f"capacity beside it, or the bound in your code) "
             f"{state}: {last.length} items at step {at}, about "
-            f"{fmt_bytes(_held(last) / last.length)} each{_bases(last, item_bytes)}, so at most about "
+            f"{fmt_bytes(last.held_bytes / last.length)} each{_bases(last, item_bytes)}, so at most about "
             f"{fmt_bytes(data)}{objects} once full; its tensors carry no autograd graph"
         )
     return out
@@ -66,8 +66,8 @@ def _item_bytes(first: HolderRow, last: HolderRow, item: float) -> float | None:
     bound: as many as at the first sample; or, for small views of larger tensors, their bases' (no
     larger than at the first sample): views that share a base (a pool of a batch's rows, each
     replaced in turn) keep more bases alive as fewer of them share one, up to one each."""
-    now = _held(last) / last.length
-    if now <= 1.25 * (_held(first) + now) / first.length + 1024:
+    now = last.held_bytes / last.length
+    if now <= 1.25 * (first.held_bytes + now) / first.length + 1024:
         return now
     if _mostly_views(last) and first.largest and last.largest <= 1.25 * first.largest + 1024:
         bound = item * last.largest
@@ -77,12 +77,6 @@ def _item_bytes(first: HolderRow, last: HolderRow, item: float) -> float | None:
 
 def _bases(last: HolderRow, item_bytes: float) -> str:
     """Where an item may hold more than it does now: the bases its views keep."""
-    if item_bytes <= _held(last) / last.length:
+    if item_bytes <= last.held_bytes / last.length:
         return ""
     return f" (views that keep their bases alive, up to {fmt_bytes(item_bytes)} each)"
-
-
-def _held(r: HolderRow) -> int:
-    """The bytes a holder holds: its tensors' storages and its plain Python data (a heap of the best
-    checkpoints' bytes, an lru_cache's token lists)."""
-    return r.bytes + r.obj_bytes

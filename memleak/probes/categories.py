@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .identity import local_tensor, params_and_buffers, state_tensors
+from .identity import local_nbytes, local_tensor, params_and_buffers, state_tensors
 
 
 def memory_categories(model, opt, counter: Callable[[], int] | None) -> dict[str, int]:
@@ -55,8 +55,7 @@ def optimizer_params(opt, state) -> dict[str, int]:
     for group in groups:
         for p in group.get("params", ()):
             try:
-                t = local_tensor(p)
-                n = t.numel() * t.element_size()
+                n = local_nbytes(p)
             except (RuntimeError, TypeError, AttributeError):
                 continue
             total += n

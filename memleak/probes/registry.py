@@ -105,11 +105,11 @@ class Registry:
             if n != first:
                 changed.append((path, m, first, n))
             elif size + grads > OWN_GROWTH * self.own[path] + OWN_MIN_BYTES:
-                grown.append((path, m, first))
+                grown.append((path, m, first, size, grads))
         changed.sort(key=lambda c: (-abs(sum(c[3]) - sum(c[2])), c[0]))
         state = getattr(optimizer, "state", None) or {}
         rows = [_row(path, m, first, n, state) for path, m, first, n in changed[:MAX_ROWS]]
-        return (*rows, *(_own_row(path, m, first) for path, m, first in grown[: MAX_ROWS - len(rows)]))
+        return (*rows, *(_own_row(*g) for g in grown[: MAX_ROWS - len(rows)]))
 
     def clear(self) -> None:
         self.first.clear()
@@ -147,13 +147,12 @@ def _grad_bytes(p) -> int:
     return _storage_bytes(p.grad, set()) if p.grad is not None else 0
 
 
-def _own_row(path: str, m, first: tuple[int, ...]) -> RegisteredRow:
-    """The row of a module whose own parameters or gradients grew: `newest` the parameter that holds most."""
+def _own_row(path: str, m, first: tuple[int, ...], size: int, grads: int) -> RegisteredRow:
+    """The row of a module whose own parameters or gradients grew (`size` and `grads` bytes, `_own_bytes`):
+    `newest` the parameter that holds most."""
     params = {k: p for k, p in m._parameters.items() if p is not None}
-    grads = {k: _grad_bytes(p) for k, p in params.items()}
-    biggest = max(params, key=lambda k: _nbytes(params[k]) + grads[k], default="")
-    size = sum(_nbytes(p) for p in params.values())
-    return RegisteredRow(path, sum(first), sum(first), size, sum(grads.values()), 0, biggest, "tensors")
+    biggest = max(params, key=lambda k: _nbytes(params[k]) + _grad_bytes(params[k]), default="")
+    return RegisteredRow(path, sum(first), sum(first), size, grads, 0, biggest, "tensors")
 
 
 def _hooks_row(path: str, m, first: tuple[int, ...], n: tuple[int, ...]) -> RegisteredRow:

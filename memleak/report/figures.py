@@ -164,7 +164,7 @@ def holders_figure(report) -> Any:
                 g.Scatter(
                     x=t["step"],
                     y=t[col] / div,
-                    name=name + H.note(report.run, name),
+                    name=name + H.note(t),
                     legendgroup=name,
                     showlegend=row == 1,
                     mode="lines+markers",
@@ -174,7 +174,7 @@ def holders_figure(report) -> Any:
                 row=row,
                 col=1,
             )
-    fig.update_layout(_layout(H.title(report.run, names), unit, height=560))
+    fig.update_layout(_layout(H.title(tables), unit, height=560))
     labels = (f"bytes ({unit})", H.count_label(report.run, names), H.nodes_label(tables).replace("\n", "<br>"))
     for row, label in enumerate(labels, 1):
         fig.update_yaxes(title_text=label, rangemode="tozero", row=row, col=1)

@@ -59,7 +59,7 @@ def holder_series(run, names: list[str], births: bool = True) -> dict[str, pd.Da
         rows = []
         for rec in records:
             h = next((h for h in rec.holders if h.holder == name), None)
-            held = (h.bytes + h.obj_bytes, h.count + h.objects) if h is not None else (0, 0)
+            held = (h.held_bytes, h.count + h.objects) if h is not None else (0, 0)
             rows.append((rec.step, 0, 0, 0, 0) if h is None else (rec.step, *held, h.nodes, h.capped))
         out[name] = pd.DataFrame(rows, columns=COLUMNS, dtype=float)
     return out
@@ -67,22 +67,25 @@ def holder_series(run, names: list[str], births: bool = True) -> dict[str, pd.Da
 
 def survivor_series(run, name: str) -> pd.DataFrame:
     """What `name` keeps of the tensors born on sampled steps, at each survivor check (the one
-    after the loop's end too): their bytes and count; no node count (NaN: not measured)."""
+    after the loop's end too): their bytes and count; no node count (NaN: not measured). Marked
+    ``sampled`` in its attrs (`note`)."""
     rows = []
     for rec in getattr(run, "births", []):
         kept = [c for c in rec.cohorts if c.holder == name]
         rows.append((rec.step, sum(c.bytes for c in kept), sum(c.count for c in kept), float("nan"), 0))
-    return pd.DataFrame(rows, columns=COLUMNS, dtype=float)
+    table = pd.DataFrame(rows, columns=COLUMNS, dtype=float)
+    table.attrs["sampled"] = True
+    return table
 
 
-def note(run, name: str) -> str:
-    """What a holder's label adds in the holder pictures: `SAMPLED` for a survivor-named one."""
-    return SAMPLED if name in survivor_holders(run) else ""
+def note(table: pd.DataFrame) -> str:
+    """What a holder's label adds in the holder pictures: `SAMPLED` for a survivor-named one's line."""
+    return SAMPLED if table.attrs.get("sampled") else ""
 
 
-def title(run, names: list[str]) -> str:
+def title(tables: dict[str, pd.DataFrame]) -> str:
     """The holder pictures' title: the survivor checks too where a drawn holder's line is theirs."""
-    checks = " or survivor check" if survivor_holders(run) & set(names) else ""
+    checks = " or survivor check" if any(note(t) for t in tables.values()) else ""
     return f"what each top holder keeps, at each reference walk{checks}"
 
 

@@ -99,7 +99,7 @@ def plot_holders(run, suspects=None):
     fig = Figure(figsize=(11, 6.5), layout="constrained")
     axes = fig.subplots(3, 1, sharex=True)
     for name, t in tables.items():
-        color, label = S.holder_color(names, name), _short(name) + H.note(run, name)
+        color, label = S.holder_color(names, name), _short(name) + H.note(t)
         for ax, col, div in zip(axes, ("bytes", "count", "nodes"), (scale, 1.0, 1.0), strict=True):
             ax.plot(t["step"], t[col] / div, marker=".", linewidth=1.3, color=color, label=label)
         capped = t[t["capped"] > 0]
@@ -108,7 +108,7 @@ def plot_holders(run, suspects=None):
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-    axes[0].set_title(H.title(run, names), fontsize=10, loc="left")
+    axes[0].set_title(H.title(tables), fontsize=10, loc="left")
     axes[0].legend(**OUTSIDE)
     axes[-1].set_xlabel("step")
     return fig
