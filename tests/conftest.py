@@ -126,3 +126,39 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def _process_wide_state() -> dict:
+    """What a test could leave installed for the tests after it in the same worker: modes,
+    saved-tensor hooks, global module and optimizer hooks (memleak installs each of these)."""
+    from torch.nn.modules import module as module_hooks
+    from torch.optim import optimizer as optimizer_hooks
+
+    return {
+        "TorchFunctionMode": torch._C._len_torch_function_stack(),
+        "TorchDispatchMode": torch._C._len_torch_dispatch_stack(),
+        "saved-tensor hooks": torch._C._autograd._top_saved_tensors_default_hooks(False) is not None,
+        "global module hooks": sum(len(h) for h in (module_hooks._global_forward_pre_hooks,
+                                                    module_hooks._global_forward_hooks,
+                                                    module_hooks._global_backward_hooks)),
+        "global optimizer hooks": len(optimizer_hooks._global_optimizer_pre_hooks)
+        + len(optimizer_hooks._global_optimizer_post_hooks),
+    }
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_installed():
+    """A test that leaves a mode or a hook installed errors here, by name, and takes it off: left,
+    it changes every later test in its worker (one did: a TorchFunctionMode left by one test failed
+    tests/stacks/test_compile.py's check that memleak leaves nothing, in another module)."""
+    before = _process_wide_state()
+    yield
+    after = _process_wide_state()
+    left = {k: (before[k], after[k]) for k in before if after[k] != before[k]}
+    if not left:
+        return
+    while torch._C._len_torch_function_stack() > before["TorchFunctionMode"]:
+        torch._C._pop_torch_function_stack()
+    while torch._C._len_torch_dispatch_stack() > before["TorchDispatchMode"]:
+        torch._C._pop_torch_dispatch_stack()
+    pytest.fail(f"the test left installed: {left} (before, after)")

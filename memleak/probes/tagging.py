@@ -13,6 +13,7 @@ leave an inert Tagging behind, until memleak next runs in that thread.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -30,6 +31,8 @@ MAX_TAGS = 20000
 _lock = threading.Lock()
 # thread ident -> Taggings made inert there while their thread was elsewhere, oldest first
 _inert: dict[int, list[Tagging]] = {}
+# `Tagging._pop` where the mode or hooks are off this thread's stacks for a while: not now, nothing wrong
+NOT_NOW = "not now"
 
 
 #: torch's own `disable_saved_tensors_hooks`, which `aside` wraps while a Tagging is installed
@@ -116,6 +119,9 @@ class Tagging:
 
     def __init__(self, probe: Tagger):
         self.thread = threading.get_ident()
+        # the backward pass this step began in (-1: none): inside one, this thread's modes and hooks
+        # are the autograd engine's copy, put back as they were when it returns
+        self.task = torch._C._current_graph_task_id()
         self.probe: Tagger | None = probe  # None once inert
         # each None once popped
         self.hooks: torch.autograd.graph.saved_tensors_hooks | None = torch.autograd.graph.saved_tensors_hooks(
@@ -166,32 +172,56 @@ class Tagging:
                 return None
         with _lock:
             _inert.setdefault(self.thread, []).append(self)
-        return why
+        return None if why is NOT_NOW else why
 
     def _pop(self) -> str | None:
-        """Pop the mode, then the hooks, each only if on top of this thread's stack; None when both went.
-        An empty stack has lost them already: pushed in a step that began inside backward (an
-        optimizer stepped from a gradient hook), they went when the autograd engine put back the
-        thread's state it had saved."""
+        """Pop the mode, then the hooks, each only if on top of this thread's stack; None when both went,
+        NOT_NOW when they will be back on the stack later (a backward pass, see `task`; the mode's
+        own dispatch of the op the step ended in)."""
+        task = torch._C._current_graph_task_id()
+        if task != self.task:
+            if task != -1:  # a backward pass's copy of the stacks: ours are under it
+                return NOT_NOW
+            # pushed inside a backward pass (an optimizer stepped from a gradient hook) that has
+            # returned: they went with its copy of the stacks
+            if self.mode is not None:
+                warn_sites.uninstall()
+            if self.hooks is not None:
+                _unwrap_disable()
+            self.mode = self.hooks = None
+            return None
+        if self.mode is not None and not self.paused and _dispatching(self.mode):
+            return NOT_NOW
         n = torch._C._len_torch_function_stack()
-        if self.paused or (self.mode is not None and not n):  # off the stack already
+        if self.paused:  # off the stack already (the step ended inside the optimizer's)
             self.mode, self.paused = None, False
             warn_sites.uninstall()
         if self.mode is not None:
-            if torch._C._get_function_stack_at(n - 1) is not self.mode:
+            if not (n and torch._C._get_function_stack_at(n - 1) is self.mode):
                 return "a torch function mode was left open over memleak's"
             self.mode.__exit__(None, None, None)
             self.mode = None
             warn_sites.uninstall()
         if self.hooks is not None:
-            top = torch._C._autograd._top_saved_tensors_default_hooks(False)
-            if top is not None and top != (self.pack, unpack):
+            if torch._C._autograd._top_saved_tensors_default_hooks(False) != (self.pack, unpack):
                 return "a saved-tensor hook was left open over memleak's"
-            if top is not None:
-                self.hooks.__exit__(None, None, None)
+            self.hooks.__exit__(None, None, None)
             self.hooks = None
             _unwrap_disable()
         return None
+
+
+def _dispatching(mode: _BirthMode) -> bool:
+    """This thread runs inside `mode`'s own `__torch_function__`, which torch calls with the mode
+    taken off the stack and pushes back after: a step that ends in an op the mode dispatches
+    (`loss.backward()`, where `memleak run` ends the iterations of a script with no module)."""
+    frame = sys._getframe(1)
+    code = _BirthMode.__torch_function__.__code__
+    while frame is not None:
+        if frame.f_code is code and frame.f_locals.get("self") is mode:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 @contextlib.contextmanager
