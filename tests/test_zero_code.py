@@ -362,6 +362,8 @@ def test_a_script_with_no_module_nor_optimizer_ends_iterations_at_its_backward_p
     result = memleak_in_process("run", "--out", tmp_path / "out", script)
     assert result.returncode == 0, result.stderr
     assert torch.autograd.backward is original
+    # each step ended inside memleak's mode's own dispatch of `loss.backward()`: the mode is gone
+    assert torch._C._len_torch_function_stack() == 0
     text = " ".join(result.stdout.split())
     assert "iterations end at each backward pass (no optimizer step was seen)" in text, text
     run = memleak.load(tmp_path / "out")
