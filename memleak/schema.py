@@ -135,6 +135,7 @@ class DetailReason(StrEnum):
     SAMPLE = "sample"  # a sampled window, paid for by the auto level's time budget
     WINDOW_END = "window_end"  # the window took its samples: back to counters
     QUIET = "quiet"  # the young steps saw nothing surviving or growing: back to counters early
+    RESTART = "restart"  # the iterations' boundary changed from a model call: young steps again
 
 
 class Boundary(StrEnum):
@@ -291,6 +292,7 @@ STEP_COLUMNS = {
     "grad_enabled": "1 when gradients were enabled at the end of the step, 0 under no_grad or inference_mode",
     "profiler_on": "1 when a profiler (torch.profiler, torch.autograd.profiler) was recording at the end of the step",
     "autocast_cached": "1 when a torch.autocast block with its cast cache on was open at the end of the step",
+    "atexit_callbacks": "how many callbacks atexit keeps at the end of the step (-1: not known)",
     "optimizer_steps": "optimizer.step() calls so far (when an optimizer was given)",
     "grad_scale": "the loss scale of AMP's GradScaler (found among the variables where tracking started); "
     "it falls when the scaler skipped a step for inf or NaN gradients",

@@ -77,6 +77,9 @@ YOUNG_STEPS = 32
 #: ...but from this step on, they end as soon as the probes saw nothing surviving or growing
 #: (`Probe.quiet`) and the growth screen sees nothing rising.
 QUIET_AT = 8
+#: A boundary that changes from a model call to a stronger one (`restart`) at this step or later
+#: begins the young steps again: the steps before were parts of the first iteration.
+RESTART_MIN = 4
 #: Each detail step is taken to cost at least this share of a plain step, whatever was measured
 #: (on a loaded machine the measure is mostly noise, and noise must not make windows free).
 DETAIL_FLOOR = 0.3
@@ -231,6 +234,8 @@ class AutoLevel:
         self.young = False  # the first steps, run as at level full (their cost is not the windows')
         self.next_check = math.inf  # the step the next check runs at (set when the young steps end)
         self.screen_from = 0  # the growth screen's rows start here (the last window's end)
+        self.young_from = 0  # the young steps began here (`restart`)
+        self.restart_at: int | None = None  # the young steps begin again from this step
 
     def begin(self) -> tuple[bool | None, DetailReason]:
         """The young run's detail: None, each probe on level full's own schedule."""
@@ -238,6 +243,14 @@ class AutoLevel:
         self.young = True
         self.until = YOUNG_STEPS
         return None, DetailReason.START
+
+    def restart(self, step: int) -> None:
+        """The iterations were ended at each call of the model until `step`, which a stronger boundary
+        ended (tracker.step() in a decode loop that calls the model once a token): those steps were
+        parts of one iteration, so the young steps begin again after `step`, where they would have
+        begun with the right boundary from the start."""
+        if step >= RESTART_MIN:
+            self.restart_at = step + 1
 
     def spent(self) -> float:
         """Seconds detail has cost so far (a plain step's time taken off each detail step's)."""
@@ -252,11 +265,17 @@ class AutoLevel:
         never end early). A change of detail from the next step, or None."""
         nxt = step + 1
         self.check_due = False
+        if self.restart_at is not None and nxt >= self.restart_at:
+            self.restart_at, self.quiet_start, self.next_check = None, False, math.inf
+            self.on = self.young = True
+            self.young_from = self.screen_from = nxt
+            self.until = nxt + YOUNG_STEPS
+            return True, DetailReason.RESTART
         if self.on:
             if not self.young:
                 self.detail_seconds += seconds
                 self.detail_steps += 1
-            elif QUIET_AT <= nxt < self.until and quiet(probes, series):
+            elif QUIET_AT <= nxt - self.young_from and nxt < self.until and quiet(probes, series):
                 self.until = self.screen_from = nxt
                 self.next_check = math.ceil(FIRST_CHECK_RATIO * nxt)
                 self.quiet_start = True

@@ -20,7 +20,7 @@ from ..errors import UsageError
 from ..io import RecordSink, RunWriter
 from ..probes import Probe, ProbeContext, Unavailable, is_oom, probes_for_level, resolve_device
 from ..schema import CHECK_EVENT, DEFAULT_LEVEL, DETAIL_EVENT, HOST_COLUMNS, OWN_COLUMN, Boundary, DetailReason, Level
-from . import running
+from . import running, warning_state
 from .boundaries import Boundaries
 from .escalation import AutoLevel
 from .heap_reads import HeapReads, untraced
@@ -114,7 +114,8 @@ class Tracker:
         self._state = "running"
         running.enter(self)
         try:
-            self._start()
+            with warning_state.kept():
+                self._start()
         except BaseException:
             self.close()
             raise
@@ -192,7 +193,7 @@ class Tracker:
     def close(self, exc: BaseException | None = None) -> None:
         """Stop recording: remove every hook, stop every probe, close the file. Idempotent; waits
         for a step another thread is recording."""
-        with self._lock:
+        with self._lock, warning_state.kept():
             running.leave(self)
             self._close(exc)
 
@@ -257,11 +258,13 @@ class Tracker:
     def _mark(self, kind: Boundary, skipped: bool = False) -> None:
         """End an iteration at a boundary of this kind; a kind other than the last one's is said in
         a ``boundary`` event, a step a GradScaler skipped in a ``step_skipped`` one."""
-        with self._lock:
+        with self._lock, warning_state.kept():
             if not self.active:
                 return
             sink = self._started_sink()
             if kind is not self._boundaries.kind:
+                if self._auto is not None and self._boundaries.kind is Boundary.FORWARD:
+                    self._auto.restart(self._step)  # the steps so far were parts of one iteration
                 self._boundaries.kind = kind
                 sink.event("boundary", kind=kind.value, step=self._step)
             if skipped:
@@ -388,7 +391,8 @@ class Tracker:
         """Analyse what was recorded so far; see `memleak.analyze`."""
         from ..analysis import analyze
 
-        return analyze(self.run())
+        with warning_state.kept():
+            return analyze(self.run())
 
 
 def track(model: torch.nn.Module | None = None, **options: Any) -> Tracker:
