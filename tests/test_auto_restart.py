@@ -56,9 +56,9 @@ def test_a_decode_loop_gets_its_young_steps_after_its_first_request():
     model = Decoder()
     kept = []
     with torch.no_grad(), memleak.track(model) as tracker:
-        for _ in range(20):
+        for _ in range(30):
             tokens = torch.randint(0, 64, (1,))
-            for _ in range(12):  # a model call per token: 12 steps until tracker.step() is seen
+            for _ in range(24):  # a model call per token: steps end at each until tracker.step() is seen
                 tokens = torch.cat([tokens, model(tokens).argmax().reshape(1)])
             kept.append(torch.randn(2048))  # what each request leaves behind
             tracker.step()

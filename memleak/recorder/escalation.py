@@ -78,8 +78,9 @@ YOUNG_STEPS = 32
 #: (`Probe.quiet`) and the growth screen sees nothing rising.
 QUIET_AT = 8
 #: A boundary that changes from a model call to a stronger one (`restart`) at this step or later
-#: begins the young steps again: the steps before were parts of the first iteration.
-RESTART_MIN = 4
+#: begins the young steps again: the steps before were parts of the first iteration, and they took
+#: half the young steps or more (a change sooner leaves enough of them).
+RESTART_MIN = 16
 #: Each detail step is taken to cost at least this share of a plain step, whatever was measured
 #: (on a loaded machine the measure is mostly noise, and noise must not make windows free).
 DETAIL_FLOOR = 0.3
