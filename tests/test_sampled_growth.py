@@ -236,3 +236,26 @@ def test_the_old_items_of_a_growing_holder_are_a_lower_bound_unless_all_are_old(
     assert "at least 20 of them are two or more steps old" in _evidence(rows)
     rows[-1] = HoldersRecord(step=40, holders=(HolderRow(holder="cache", kind="local", count=40, bytes=40 * KIB, old=40),))
     assert "all 40 of them are two or more steps old" in _evidence(rows)
+
+
+def test_a_sawtooth_that_stops_being_emptied_is_judged_from_its_last_fall():
+    """A buffer filled and emptied each update, until the emptying stops (a frozen policy still
+    collecting, ml-agents #1817): the growth since its last fall is judged on its own."""
+    from memleak.detect.sampled_trend import late_rise
+
+    steps = list(range(0, 60, 3))
+    count = [2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 4, 6, 8, 11, 17, 20, 23, 26, 29]
+    assert sustained_rise(steps, count, 1) is None  # the whole series falls too often
+    k = late_rise(steps, count)
+    assert k == 9 and sustained_rise(steps[k:], count[k:], 1) is not None
+
+
+def test_an_epoch_still_filling_at_the_run_s_end_is_no_late_rise():
+    """Outputs kept over each epoch of 8 samples, cleared at its end: the run ends mid-epoch, its last
+    fill no longer nor higher than the ones before."""
+    from memleak.detect.sampled_trend import late_rise
+
+    count = [1, 2, 3, 4, 5, 6, 7, 8] * 2 + [1, 2, 3, 4, 5, 6]
+    assert late_rise(list(range(len(count))), count) == 0
+    rising_past = [1, 2, 3, 4, 5, 6, 7, 8] * 2 + list(range(1, 21))  # then never cleared again
+    assert late_rise(list(range(len(rising_past))), rising_past) == 16

@@ -22,7 +22,7 @@ from .culprit_fixes import (
 from .culprit_table import Entries, entry
 from .keyed_holders import fold_keyed
 from .refills import anew_growing, anew_words, refilled
-from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, keeps_new_highs, sustained_rise
+from .sampled_trend import MIN_COUNT_RISE, MIN_SAMPLES, keeps_new_highs, late_rise, sustained_rise
 
 #: Graph nodes a holder must gain before a growing graph counts.
 MIN_NODE_RISE = 8
@@ -97,11 +97,14 @@ def _holder_series(steps: list[int], rows: list[HolderRow | None], aged: bool = 
     if n_tr and not _spans_steps(rows):
         n_tr = None  # a bigger graph each step, built afresh (a growing curriculum), not one kept
     count_trend = sustained_rise(steps, count, MIN_COUNT_RISE)
+    late = 0 if count_trend else late_rise(steps, count)  # a bounded sawtooth that stopped being emptied
+    if late:
+        count_trend = sustained_rise(steps[late:], count[late:], MIN_COUNT_RISE)
     if count_trend and n_tr is None and _aliases_only(nbytes, grad):
         count_trend = None  # more tensors but not one more byte: aliases of storage already held
     at = refilled(steps, count, _col(rows, "old"), _col(rows, "estimated")) if count_trend and aged else []
     anew = anew_growing(count, at)  # filled anew each step with ever more: it grows all the same
-    start = at[-1] if at and not anew else 0
+    start = at[-1] if at and not anew else late
     if start:  # emptied or replaced since the first sample: only the growth since counts (bytes too)
         count_trend = sustained_rise(steps[start:], count[start:], MIN_COUNT_RISE)
     bytes_trend = sustained_rise(steps[start:], nbytes[start:], 1024, rel_rise=0.5) if max(nbytes) > 0 else None

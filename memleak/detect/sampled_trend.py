@@ -5,6 +5,8 @@ falls back to its low again and again (a state filled each epoch and emptied at 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from .trend import kendall
@@ -43,6 +45,30 @@ STAIR_TREADS = 2.0
 #: rate over the earlier half has all but stopped: a cache of a finite set of keys filling up
 #: (token ids, length buckets, a dataset cached in its first epoch); a leak keeps its rate.
 DECELERATED_SHARE = 0.2
+
+
+#: Samples since a holder last shrank, at least, for the growth since to be judged on its own (`late_rise`).
+LATE_SAMPLES = 4
+#: And how far past the most it held before that growth must go.
+LATE_PEAK = 1.5
+
+
+def late_rise(steps: list[int], values: list[float]) -> int:
+    """Where a holder that shrank again and again (a buffer filled and emptied) stopped being emptied:
+    the index after its last fall, when the samples since are LATE_SAMPLES or more, span more steps
+    than any fill before, and rise past LATE_PEAK times the most it held before; else 0. A late leak
+    in a container that was a bounded sawtooth is judged from there (the whole series never rises
+    steadily); an epoch's outputs still filling at the run's end are no longer than the fills before."""
+    v = np.asarray(values, dtype=float)
+    falls = np.flatnonzero(np.diff(v) < 0)
+    if not len(falls):
+        return 0
+    k = int(falls[-1]) + 1
+    if len(v) - k < LATE_SAMPLES or v[k:].max() <= LATE_PEAK * max(v[:k].max(), 1.0):
+        return 0
+    bounds = [0, *(int(i) + 1 for i in falls)]
+    longest = max(steps[b - 1] - steps[a] for a, b in itertools.pairwise(bounds))
+    return k if steps[-1] - steps[k] > longest else 0
 
 
 def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_rise: float = 0.0) -> dict | None:
