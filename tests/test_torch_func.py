@@ -60,3 +60,20 @@ def test_memleak_saved_tensor_hooks_come_back_after_a_transform():
             tracker.step()
     assert ours
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+
+
+def test_a_tensor_a_torch_func_transform_wrapped_is_sized_by_what_it_wraps():
+    """What a vjp_fn or a closure keeps from inside a transform is a functorch wrapper, which has no
+    storage of its own: sized as 0 B, a list of kept vjp_fns ranked below the lines that made its
+    tensors (opacus #521)."""
+    from memleak.probes.identity import tensor_nbytes
+
+    kept = []
+
+    def f(x):
+        kept.append(x)
+        return x.sum()
+
+    torch.func.grad(f)(torch.randn(100))
+    assert torch._C._functorch.is_functorch_wrapped_tensor(kept[0])
+    assert tensor_nbytes(kept[0])[1] == 400

@@ -19,7 +19,19 @@ def tensor_nbytes(t: torch.Tensor) -> tuple[int, int]:
         s = t.untyped_storage()
         return s.data_ptr(), s.nbytes()
     except (RuntimeError, NotImplementedError, TypeError):
-        return id(t), _sparse_nbytes(t)
+        inner = _unwrapped(t)  # a torch.func transform's wrapper (kept by a vjp_fn): the tensor it wraps
+        return tensor_nbytes(inner) if inner is not None else (id(t), _sparse_nbytes(t))
+
+
+def _unwrapped(t: torch.Tensor) -> torch.Tensor | None:
+    """The tensor a torch.func (functorch) wrapper wraps, else None."""
+    functorch = getattr(torch._C, "_functorch", None)
+    try:
+        if functorch is not None and functorch.is_functorch_wrapped_tensor(t):
+            return functorch.get_unwrapped(t)
+    except (RuntimeError, TypeError, AttributeError):
+        pass
+    return None
 
 
 def _sparse_nbytes(t: torch.Tensor) -> int:
