@@ -85,12 +85,12 @@ def rank(findings: list[Finding], measured_bps: float = 0.0, host_bps: float | N
     stored = {f.location: f.data.get("stored", "") for f in findings if isinstance(f.data, dict)}
     order = _ranking(findings)
     entries: dict[str, list[str]] = {}  # a culprit -> the entries of its container folded into it
-    ranked = _fold_entries(sorted((merge(g) for g in groups.values()), key=order, reverse=True), stored, entries)
-    ranked = sorted(_slow_records(ranked, findings), key=order, reverse=True)
+    growing = _growing_graphs(findings)
+    merged = sorted((merge(g) for g in groups.values()), key=order, reverse=True)
+    ranked = sorted(_slow_records(_fold_entries(merged, stored, entries, growing), findings), key=order, reverse=True)
     culprits = [s for s in ranked if s.leak and s.kind in CULPRITS]
     if not culprits:
         return _per_shape(_bounded_growth(ranked, findings, entries), findings)
-    growing = _growing_graphs(findings)
     if not any(s.leak and s.kind in SYMPTOMS for s in ranked):
         ranked = [_as_graph(s, measured_bps, findings) if s is culprits[0] else s for s in ranked]
         return _graphs_below(ranked, culprits[0].location, measured_bps, growing)
@@ -163,25 +163,38 @@ _ENTRY = re.compile(r"^(.+)(\[[^\[\]]+\])$")
 _ATTR = re.compile(r"^.+(\.[A-Za-z_]\w*)$")
 
 
-def _fold_entries(ranked: list[Suspect], stored: dict[str, str], entries: dict[str, list[str]]) -> list[Suspect]:
+def _fold_entries(
+    ranked: list[Suspect], stored: dict[str, str], entries: dict[str, list[str]], growing: set[str]
+) -> list[Suspect]:
     """Leaking culprits of one kind stored by one line (`stored`: the line the culprit detector found
     for each location) that are entries of one container (each value of a dict recomputed from
     itself without detach, an EMA's shadow weights), or attributes of one name on several objects
-    (``p.grad_history`` on every parameter), are one cause: folded into the first of them, the others
-    its evidence and their bytes its own (their locations into `entries`, by the first's)."""
-    firsts: dict[tuple, Suspect] = {}
-    others: dict[int, tuple[str, list[Suspect]]] = {}  # id of the first -> (container or "", the others)
-    out = []
+    (``p.grad_history`` on every parameter), are one cause: folded into one of them, the others
+    its evidence and their bytes its own (their locations into `entries`, by its): the first that keeps
+    growing graphs (`growing`: an undetached loss among detached scalars, the one to fix), else the first."""
+    groups: dict[tuple, list[Suspect]] = {}
+    order: list[tuple | Suspect] = []  # suspects, and the key of each group where its first one ranks
     for s in ranked:
         key = _fold_key(s, stored.get(s.location, "")) if s.leak and s.kind in CULPRITS else None
-        if key is None or key not in firsts:
-            if key is not None:
-                firsts[key] = s
-            out.append(s)
-        else:
-            others.setdefault(id(firsts[key]), (key[0], []))[1].append(s)
-            entries.setdefault(firsts[key].location, []).append(s.location)
-    return [_with_entries(s, *others[id(s)], stored.get(s.location, "")) if id(s) in others else s for s in out]
+        if key is None:
+            order.append(s)
+            continue
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append(s)
+    out = []
+    for item in order:
+        if isinstance(item, Suspect):
+            out.append(item)
+            continue
+        members = groups[item]
+        first = next((m for m in members if m.location in growing), members[0])
+        others = [m for m in members if m is not first]
+        if others:
+            entries.setdefault(first.location, []).extend(o.location for o in others)
+            first = _with_entries(first, item[0], others, stored.get(first.location, ""))
+        out.append(first)
+    return out
 
 
 def _fold_key(s: Suspect, line: str) -> tuple | None:
