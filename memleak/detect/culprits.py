@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from ..records import HoldersRecord
 from ..run import Run
 from ..schema import Boundary, Finding, Kind
+from . import process_held
 from .alloc_sites import site_findings
 from .bounded import filling_bounded
 from .culprit_fixes import fed_chain_fix
@@ -62,6 +63,8 @@ def detect(run: Run) -> list[Finding]:
     module_evidence(run.module_records, findings)
     object_findings(run, holders, hkinds, findings)  # Python data, once the tensors' causes are known
     site_findings(run, holders, findings)  # lines whose allocations grow where no holder was named
+    process_held.name_held(run, findings)
+    process_held.registry_fixes(findings)
     _spare_bounded(holders, findings, run.capacity_bytes())
     if run.meta.get("gc_enabled") is False:
         _collector_off(findings, hkinds)

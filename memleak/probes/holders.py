@@ -42,6 +42,7 @@ from .holder_stats import HolderStats
 from .identity import Ages, Modules, model_modules, module_names
 from .jit_traces import add_traced
 from .local_aliases import user_instance
+from .process_roots import add_process_roots
 from .reach import closure_items
 from .stores import find_store, source_regions
 from .walk import Walk
@@ -74,13 +75,14 @@ def walk_roots(
     device_type: str | None = None,
     prev_roots: dict[str, Roots] | None = None,
     traces_since: int = 0,
+    modules_since: int | None = None,
     modules: Modules | None = None,
     thread_held: ThreadHeld | None = None,
 ) -> Walk:
     """Walk from the frames' locals, their globals, and the model tree (and, with frames, the
-    functions torch.jit.trace made after the first `traces_since`). `modules`: the model's
-    (`identity.model_modules`), when the caller has them already. `thread_held`: the run's scans
-    for what other threads keep (thread_held.py), when one is due."""
+    functions torch.jit.trace made after the first `traces_since`, and the user's modules imported
+    after the first `modules_since` of sys.modules). `modules`: the model's, when the caller has
+    them already. `thread_held`: the run's scans for what other threads keep, when one is due."""
     mods = model_modules(model) if modules is None else modules
     classes = list(dict.fromkeys(type(m) for _, m in mods))  # where the model's code and globals are
     w = Walk(
@@ -112,6 +114,7 @@ def walk_roots(
         _add_finalizers(w)
         _add_threads(w)
         _add_global_hooks(w)
+        add_process_roots(w, modules_since)
         add_traced(w, traces_since)
     try:
         _run(w, later, thread_held)

@@ -47,8 +47,8 @@ def _leaf_size(obj) -> int:
 def item_size(obj, budget: int = ITEM_BUDGET) -> int | None:
     """The bytes of `obj` when it is plain data (scalars and builtin containers of them, nested),
     else None: something else (a tensor, an array, a user object) or more than `budget` objects
-    to look at. Long inner containers are sized from their first INNER items. The keys of a dict
-    that are strings count nothing: they are most often shared literals ("loss", "acc")."""
+    to look at. Long inner containers are sized from their first INNER items. A class counts
+    nothing, and so do the keys of a dict that are strings: they are most often shared literals ("loss", "acc")."""
     stack: list[tuple[Any, float]] = [(obj, 1.0)]
     total = 0.0
     while stack:
@@ -59,6 +59,8 @@ def item_size(obj, budget: int = ITEM_BUDGET) -> int | None:
         t = type(o)
         if o is None or t is bool or t is int or t in _LEAVES:
             total += scale * _leaf_size(o)
+            continue
+        if isinstance(o, type):  # a class named in a key (the warnings registry's): shared, none of its own
             continue
         if t not in _CONTAINERS:
             return None

@@ -243,18 +243,31 @@ def _suspended_mark(frame: Any) -> str:
     return _COROUTINE_MARK if frame.f_code.co_flags & _CO_COROUTINE else _GENERATOR_MARK
 
 
-def exception_frames(exc: BaseException, limit: int = 8) -> Iterator[tuple[Any, str]]:
-    """(frame, note) of the frames a caught exception's traceback keeps alive, with their locals:
-    storing an exception keeps every frame it passed through, and every tensor those frames held."""
-    seen: set[int] = set()
+def exception_frames(exc: BaseException, limit: int = 8) -> Iterator[tuple[Any, str, float]]:
+    """(frame, note, weight) of the frames a caught exception's traceback keeps alive, with their
+    locals: storing an exception keeps every frame it passed through, and every tensor those frames
+    held. A long traceback is sampled at its ends, `limit` frames in all, each standing for its share:
+    an instance raised again and again (a cached error re-raised each call) gains the frames of each
+    raise in front of the ones before."""
+    frames: dict[int, tuple[Any, str]] = {}
     for e in (exc, exc.__cause__, exc.__context__):
         tb = getattr(e, "__traceback__", None)
-        while tb is not None and len(seen) < limit:
+        while tb is not None and len(frames) < _MAX_TRACEBACK:
             f = tb.tb_frame
-            if id(f) not in seen:
-                seen.add(id(f))
-                yield f, traceback_note(type(e).__name__, _where(f))
+            if id(f) not in frames:
+                frames[id(f)] = (f, traceback_note(type(e).__name__, _where(f)))
             tb = tb.tb_next
+    kept = list(frames.values())
+    weight = 1.0
+    if len(kept) > limit:
+        weight = len(kept) / limit
+        kept = kept[: limit // 2] + kept[-(limit - limit // 2) :]
+    for f, note in kept:
+        yield f, note, weight
+
+
+#: Traceback entries followed at most (each raise of a kept exception adds its frames).
+_MAX_TRACEBACK = 100_000
 
 
 def generator_frame(gen: Any) -> tuple[Any, str] | None:

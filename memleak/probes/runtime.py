@@ -2,11 +2,12 @@
 collector (so a sudden drop can be told apart as garbage freed), whether gradients were on
 (so an inference or evaluation loop is reported as one), whether a profiler was recording
 (it keeps an event per op in host memory while it does) and whether a torch.autocast block with
-its cast cache was open (it keeps a cast of each new leaf tensor until it exits). About a
-microsecond a step."""
+its cast cache was open (it keeps a cast of each new leaf tensor until it exits), and how many
+callbacks atexit keeps (each with its arguments, until the process exits). About a microsecond a step."""
 
 from __future__ import annotations
 
+import atexit
 import gc
 from typing import Any
 
@@ -19,6 +20,8 @@ _is_inference = torch.is_inference_mode_enabled
 _profiler_enabled = getattr(torch._C._autograd, "_profiler_enabled", lambda: True)
 _autocast_on = torch.is_autocast_enabled
 _autocast_cache_on = torch.is_autocast_cache_enabled
+# how many callbacks atexit keeps (CPython's; -1 where there is no such count)
+_atexit_callbacks = getattr(atexit, "_ncallbacks", lambda: -1)
 
 #: Profilers that keep an event per op in memory (NVTX and ITT only mark ranges for an outside tool).
 _KEEPING_PROFILERS = ("KINETO", "LEGACY")
@@ -63,4 +66,5 @@ class RuntimeProbe(Probe):
             "grad_enabled": 1 if _is_grad_enabled() and not _is_inference() else 0,
             "profiler_on": profiler_on(),
             "autocast_cached": autocast_cached(self.autocast_types),
+            "atexit_callbacks": _atexit_callbacks(),
         }

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import threading
 import time
 import weakref
@@ -84,6 +85,7 @@ class TensorProbe(Probe):
         self.budget = float(ctx.options.get("deep_budget", 0.10))
         self.start_params = StartParams(ctx.optimizer_ref())  # without a model: the optimizer's now are its
         self.traces_at_start = len(traced_functions())  # the compilation unit's earlier traces: not the loop's
+        self.modules_at_start = len(sys.modules)  # those imported later are walked (process_roots.py)
         self.ages = Ages()
         self.thread_held = ThreadHeld()  # what other threads make and keep (thread_held.py)
         self.births: dict[int, tuple[Any, int, str]] = {}  # id -> (weakref, step, site)
@@ -278,6 +280,7 @@ class TensorProbe(Probe):
             device_type=self.ctx.device.type,
             prev_roots=self.prev_roots,
             traces_since=self.traces_at_start,
+            modules_since=self.modules_at_start,
             modules=modules,
             thread_held=self.thread_held,
         )

@@ -238,6 +238,8 @@ class Walk(HolderTally, HookWalk):
         # reached by name: its cells are variables of the enclosing function (maybe long returned), named so
         for name, value in closure_items(fn):
             why = reach.closure_note(fn, name, path or None)
+            if kind == "closure" and note:  # a function a hook's closure keeps: say whose (a chain of handlers)
+                why += "; " + note.rpartition("; ")[2]
             self.push(value, name, reach.closure_holder(fn, name), "closure", weight, why)
 
     def _frame_owner(self, obj, path, holder, kind, weight, note) -> None:
@@ -245,8 +247,8 @@ class Walk(HolderTally, HookWalk):
             return self._frame(obj, path, holder or path, kind, weight, note or reach.kept_frame_note(obj))
         if isinstance(obj, BaseException):  # its traceback keeps the frames it passed through
             self._attrs(obj, path, holder, kind, weight, note)
-            for f, why in reach.exception_frames(obj):
-                self._frame(f, path, holder, kind, weight, why)
+            for f, why, share in reach.exception_frames(obj):
+                self._frame(f, path, holder, kind, weight * share, why)
             return
         fr = reach.generator_frame(obj)
         if fr is not None and not is_internal(fr[0].f_code):
