@@ -48,7 +48,7 @@ def rank_of(report, location: str | None) -> int | None:
     if not location:
         return None
     for i, s in enumerate(report.suspects, 1):
-        if location in s.location:
+        if scenarios.names_location(location, s.location):
             return i
     return None
 
