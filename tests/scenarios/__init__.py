@@ -8,9 +8,8 @@ Each module defines ``EXPECTED = {"verdict", "kind", "location", "top"}`` and
 from __future__ import annotations
 
 import importlib
-import re
 import pkgutil
-
+import re
 
 
 def names() -> list[str]:
