@@ -64,7 +64,11 @@ def test_forward_memory_is_attributed_to_the_module_that_allocates_it():
     assert any(r[3] != 0 for r in measured[-1]["modules"])  # some backward memory seen
 
 
-def test_the_counter_is_read_on_every_fourth_detail_step_and_calls_and_outputs_on_each():
+def test_the_counter_is_read_on_every_fourth_detail_step_and_calls_and_outputs_on_each(monkeypatch):
+    from memleak.probes import modules
+
+    # the schedule, not the budget (the next test's): a loaded CI machine made the first reads look too dear
+    monkeypatch.setattr(modules, "reads_affordable", lambda read, reads, plain: (True, 0.0))
     run = _train(Wide(), steps=40)
     recs = run.records["modules"]
     assert len(recs) > MEASURE_EVERY
