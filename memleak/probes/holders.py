@@ -243,10 +243,7 @@ def _add_finalizers(w: Walk) -> None:
     except Exception:  # a Python without the registry: no finalizer roots
         return
     user = [i for i in infos if user_code(getattr(i, "func", None))]
-    weight = 1.0
-    if len(user) > 2 * _FINALIZERS_SAMPLED:  # many: their ends, each standing for its share
-        weight = len(user) / (2 * _FINALIZERS_SAMPLED)
-        user = user[:_FINALIZERS_SAMPLED] + user[-_FINALIZERS_SAMPLED:]
+    user, weight = reach.sampled_ends(user, _FINALIZERS_SAMPLED)  # many: their ends, each for its share
     for info in user:
         fn = info.func
         name = reach.fn_name(fn)

@@ -18,6 +18,7 @@ import types
 import warnings
 
 from .frames import is_user_file, user_code
+from .reach import sampled_ends
 from .walk import Walk
 
 #: A registry with fewer entries is not walked: each module that warned once has one.
@@ -106,10 +107,7 @@ def _add_new_modules(w: Walk, since: int) -> None:
     modules in the order they were imported), all under one holder: a module loaded anew each step
     is one more, each holding what the one before held."""
     new = [m for name, m in list(sys.modules.items())[since:] if _user_module(name, m)]
-    weight = 1.0
-    if len(new) > 2 * NEW_MODULES_SAMPLED:  # many: their ends, each standing for its share
-        weight = len(new) / (2 * NEW_MODULES_SAMPLED)
-        new = new[:NEW_MODULES_SAMPLED] + new[-NEW_MODULES_SAMPLED:]
+    new, weight = sampled_ends(new, NEW_MODULES_SAMPLED)  # many: their ends, each for its share
     note = "a module imported during the run: sys.modules keeps it, with its globals, for the life of the process"
     for m in new:
         for k, v in list(vars(m).items()):

@@ -243,27 +243,29 @@ def _suspended_mark(frame: Any) -> str:
     return _COROUTINE_MARK if frame.f_code.co_flags & _CO_COROUTINE else _GENERATOR_MARK
 
 
+def sampled_ends(items: list, each: int) -> tuple[list, float]:
+    """`items`, or when there are more than `2 * each` of them, the first and last `each`; and the
+    share of all that each one kept stands for (a long registry or chain walked at its ends)."""
+    if len(items) <= 2 * each:
+        return items, 1.0
+    return items[:each] + items[-each:], len(items) / (2 * each)
+
+
 def exception_frames(exc: BaseException, limit: int = 8) -> Iterator[tuple[Any, str, float]]:
     """(frame, note, weight) of the frames a caught exception's traceback keeps alive, with their
     locals: storing an exception keeps every frame it passed through, and every tensor those frames
     held. A long traceback is sampled at its ends, `limit` frames in all, each standing for its share:
     an instance raised again and again (a cached error re-raised each call) gains the frames of each
     raise in front of the ones before."""
-    frames: dict[int, tuple[Any, str]] = {}
+    frames: dict[int, tuple[Any, str]] = {}  # id -> (frame, the name of the exception it was raised with)
     for e in (exc, exc.__cause__, exc.__context__):
         tb = getattr(e, "__traceback__", None)
         while tb is not None and len(frames) < _MAX_TRACEBACK:
-            f = tb.tb_frame
-            if id(f) not in frames:
-                frames[id(f)] = (f, traceback_note(type(e).__name__, _where(f)))
+            frames.setdefault(id(tb.tb_frame), (tb.tb_frame, type(e).__name__))
             tb = tb.tb_next
-    kept = list(frames.values())
-    weight = 1.0
-    if len(kept) > limit:
-        weight = len(kept) / limit
-        kept = kept[: limit // 2] + kept[-(limit - limit // 2) :]
-    for f, note in kept:
-        yield f, note, weight
+    kept, weight = sampled_ends(list(frames.values()), limit // 2)
+    for f, raised in kept:  # a note for the frames walked only
+        yield f, traceback_note(raised, _where(f)), weight
 
 
 #: Traceback entries followed at most (each raise of a kept exception adds its frames).
