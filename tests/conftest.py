@@ -162,3 +162,25 @@ def nothing_left_installed():
     while torch._C._len_torch_dispatch_stack() > before["TorchDispatchMode"]:
         torch._C._pop_torch_dispatch_stack()
     pytest.fail(f"the test left installed: {left} (before, after)")
+
+
+@pytest.fixture
+def heap_read_every_step(monkeypatch):
+    """The C heap read at every step end, however dear: for tests about what memleak makes of a
+    whole heap series (the live check, auto's windows), not about the read budget (test_heap_reads).
+    A test worker's heap, fragmented by a thousand tests before, made a read cost up to 19 ms, so
+    after the dense steps the heap was read every 16th step only (CI)."""
+    from memleak.recorder import heap_reads
+
+    monkeypatch.setattr(heap_reads, "CPU_READ_FREE", float("inf"))
+
+
+@pytest.fixture
+def module_reads_affordable(monkeypatch):
+    """Reads of the memory counter around each module call always judged affordable: for tests
+    about what a measured step records, not whether it may be measured. A test worker's
+    fragmented heap made them too dear (19 ms a read), and no step of a 30-step run was measured
+    (CI). The budget has its own test (test_modules.py)."""
+    from memleak.probes import modules
+
+    monkeypatch.setattr(modules, "reads_affordable", lambda read, reads, plain: (True, 0.0))

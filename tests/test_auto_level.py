@@ -135,7 +135,7 @@ def test_a_leak_at_auto_is_named_and_the_report_says_which_steps_had_full_detail
     assert f"full detail on steps 0-{escalation.YOUNG_STEPS - 1} (start)" in str(report)
 
 
-def test_module_memory_is_measured_in_the_windows_not_in_the_young_steps(screen_every_few_steps):
+def test_module_memory_is_measured_in_the_windows_not_in_the_young_steps(screen_every_few_steps, module_reads_affordable):
     """The per-module reads (four a module call, a heap walk each on CPU) would cost a young run a
     step's time for a figure no verdict needs: auto reads them in its windows."""
     run = _leaking(80).run()
@@ -209,10 +209,15 @@ def _retained(tracker) -> dict[str, int]:
     }
 
 
-def test_what_auto_holds_in_memory_does_not_grow_with_the_steps(tmp_path, monkeypatch, screen_every_few_steps):
+def test_what_auto_holds_in_memory_does_not_grow_with_the_steps(
+    tmp_path, monkeypatch, screen_every_few_steps, heap_read_every_step
+):
     """A leaking run (the leak's own tensors kept by the test) at the default level: what memleak
     keeps after 360 steps is no more than after 120, whatever the windows sampled meanwhile."""
     monkeypatch.setattr(live, "LIVE_ROWS", 64)
+    # windows whatever detail costs: a test worker's fragmented heap made it dear enough that the
+    # budget allowed none (CI); this test is about what they leave behind, not how many there are
+    monkeypatch.setattr(escalation, "SAMPLE_BUDGET", 1.0)
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     kept = []

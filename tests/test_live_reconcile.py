@@ -8,16 +8,9 @@ import pytest
 import torch
 
 import memleak
-from memleak.recorder import heap_reads
 
 
-@pytest.fixture(autouse=True)
-def heap_read_every_step(monkeypatch):
-    """The live check needs the heap series whole: in a test worker whose C heap a thousand tests
-    fragmented, a read cost 19 ms, so after the dense steps the heap was read every 16th step
-    only, too few rows for the check to see the 80-step growth (CI). The rationing has its own
-    tests (test_heap_reads.py)."""
-    monkeypatch.setattr(heap_reads, "CPU_READ_FREE", float("inf"))
+pytestmark = pytest.mark.usefixtures("heap_read_every_step")  # the live check needs the heap series whole
 
 
 def _loop(tracker, grow_steps: int, steps: int) -> list:

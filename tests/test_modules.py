@@ -22,14 +22,8 @@ class Wide(nn.Module):
         return self.out(torch.relu(self.wide(self.small(x))))
 
 
-@pytest.fixture(autouse=True)
-def reads_always_affordable(monkeypatch):
-    """These tests are about what a measured step records, not whether it may be measured: a test
-    worker's C heap, fragmented by a thousand tests before, made a read around each module call
-    too dear (19 ms), and no step of a 30-step run was measured (CI). The budget has its own test."""
-    from memleak.probes import modules
-
-    monkeypatch.setattr(modules, "reads_affordable", lambda read, reads, plain: (True, 0.0))
+# what a measured step records, not whether it may be measured (that budget has its own test below)
+pytestmark = pytest.mark.usefixtures("module_reads_affordable")
 
 
 def _train(model, level="modules", steps=30, hook=None):

@@ -16,7 +16,7 @@ from ..schema import Kind
 
 
 def cycle_mark(cohorts: Iterable[BirthCohort], holder: str) -> str:
-    """The cycle a group of cohorts is kept by: ``grad``, ``ctx:Function``, or ""."""
+    """The cycle a group of cohorts is kept by: ``grad``, ``ctx:Function``, ``saved:Function``, or ""."""
     for c in cohorts:
         if c.cycle:
             return c.cycle
@@ -57,6 +57,24 @@ def describe(mark: str, site: str, holder: str) -> tuple[Kind, str, str] | None:
                 f"the hook `{fn}` captures the tensor it is registered on: do not refer to the tensor inside "
                 f"its own hook (use the gradient argument, or capture a `weakref.ref` to it), or remove "
                 f"the hook (`handle.remove()`) once it has run."
+            ),
+        )
+    if mark.startswith("saved:"):
+        fn = mark[6:]
+        return (
+            Kind.RETAINED_GRAPH,
+            (
+                f"a reference cycle inside autograd keeps them: the custom autograd Function {fn} saves a view "
+                f"of its own output for backward (output -> grad_fn -> saved view -> the view's base, the "
+                f"output; pytorch#94990); a backward frees it, but a forward whose output is dropped without "
+                f"one (an evaluation outside torch.no_grad()) leaves a cycle in C++ that neither reference "
+                f"counting nor Python's garbage collector ever frees"
+            ),
+            (
+                f"the custom autograd Function `{fn}` saves a view of its output: save the output itself "
+                f"(`ctx.save_for_backward(out)`) and reshape it in backward, or save a view of a detached "
+                f"alias (`out.detach().view(...)`); run forwards that need no backward under "
+                f"`torch.no_grad()`."
             ),
         )
     if mark.startswith("ctx:"):

@@ -65,7 +65,7 @@ def attach_saved(info, findings: Entries, hkinds) -> None:
         loc, f = keeper
         if f["kind"] != Kind.CACHED_TENSOR:
             f["kind"] = Kind.RETAINED_GRAPH
-            if not (f["data"].get("chained") or f["data"].get("traceback")):
+            if not (f["data"].get("chained") or f["data"].get("traceback") or f["data"].get("cycle")):
                 f["fix"] = culprit_fix(Kind.RETAINED_GRAPH, loc, hkinds.get(loc, ""), False, True, True)
         f["evidence"].append(ev)
         f["bps"] = f["bps"] + max(bps, 0.0)

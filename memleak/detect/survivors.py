@@ -83,7 +83,9 @@ def birth_findings(
     b = _Births(births, [_alive_by_key(r) for r in births], deep, holders)
     cyclic = _collected_cycles(b, hkinds, collected_at)
     marked = _cycle_marked(b.groups)
-    for key in set(b.groups[-1]) | set(cyclic) | set(marked):
+    # in one order whatever the hashing: the groups a cycle marks first (tensors no name holds that
+    # the cycle's graph keeps join its entry, not an entry of their own)
+    for key in sorted(set(b.groups[-1]) | set(cyclic) | set(marked), key=lambda k: (k not in marked, k)):
         group = _group(b, key, cyclic, marked)
         if group is not None:
             _survivor_entry(findings, b, group, cyclic, hkinds)
@@ -208,8 +210,9 @@ def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected,
             "tensors": float(np.median([c.count for c in g.cohorts.values()])),
             "grad_fns": float(np.median([c.grad for c in g.cohorts.values()])),
         }
-    if g.holder and cycle is None:
-        # a named holder of tensors with a grad_fn keeps their graphs (saved_graphs credits it)
+    if (g.holder and cycle is None) or loc.endswith(".saved_tensors"):
+        # a named holder of tensors with a grad_fn keeps their graphs (saved_graphs credits it), as
+        # does a custom Function's output that its saved view keeps in a cycle
         grads = max(c.grad for c in g.cohorts.values())
         f["data"]["grad_tensors"] = max(f["data"].get("grad_tensors", 0), grads)
 
@@ -227,8 +230,11 @@ def _walked_twin(b: _Births, g: _Group, hkinds, findings: Entries) -> tuple[str,
 
 def _cycle_holder(g: _Group) -> str:
     """What holds tensors no name reaches, when the cycle they sit in says: a custom autograd
-    Function's ctx (``Fn.ctx``, as a holder named through it reads ``Fn.ctx.attr``); else ""."""
+    Function's ctx (``Fn.ctx``, as a holder named through it reads ``Fn.ctx.attr``) or what it saved
+    for backward (``Fn.saved_tensors``); else ""."""
     mark = cycles.cycle_mark(g.cohorts.values(), g.holder)
+    if mark.startswith("saved:"):
+        return f"{mark[6:]}.saved_tensors"
     return f"{mark[4:]}.ctx" if mark.startswith("ctx:") else ""
 
 

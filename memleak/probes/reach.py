@@ -209,12 +209,16 @@ def _captures(fn: Any, t: torch.Tensor) -> bool:
     return any(v is t for _, v in closure_items(getattr(fn, "__func__", fn)))
 
 
-def cycle_of(t: torch.Tensor) -> str:
+def cycle_of(t: torch.Tensor, saved_views: dict[int, str] | None = None) -> str:
     """How a tensor no variable holds may keep itself alive through autograd, or "".
 
     ``grad``: its ``.grad`` carries a graph (``backward(create_graph=True)``) that saved it.
     ``hook:fn``: a hook registered on it (``t.register_hook``) captures the tensor in its closure.
-    ``ctx:Name``: its ``grad_fn`` is a custom Function's ctx that stores the tensor as an attribute."""
+    ``ctx:Name``: its ``grad_fn`` is a custom Function's ctx that stores the tensor as an attribute.
+    ``saved:Name``: it is a custom Function's output (or a view of one) and the Function saved a
+    view of that output for backward: a cycle inside autograd's C++ graph, never freed
+    (pytorch#94990); `saved_views`: id of such an output -> the Function's name, from the views
+    saved on deep steps (`tagging.saved_view_of`)."""
     try:
         g = t.grad if t.is_leaf else None
     except (RuntimeError, AttributeError):
@@ -232,6 +236,9 @@ def cycle_of(t: torch.Tensor) -> str:
             if v is t or (isinstance(v, (tuple, list)) and any(x is t for x in v[:16])):
                 name = type(gf).__name__
                 return "ctx:" + name.removesuffix("Backward")
+    for out in (t, t._base if t._is_view() else None):
+        if saved_views and id(out) in saved_views:
+            return "saved:" + saved_views[id(out)]
     return ""
 
 

@@ -37,6 +37,7 @@ def group_births(
     ptrs: set[int],
     tensor_holder: dict[int, str],
     named_sites: dict[str, str],
+    saved_views: dict[int, str],
 ) -> Survivors:
     """Group the tensors tagged two or more steps ago that are still alive and are not the run's
     own (parameters, gradients, buffers, optimizer state), by birth step, site and holder."""
@@ -56,7 +57,7 @@ def group_births(
             continue
         holder = tensor_holder.get(i)
         if holder is None and site not in found.cycles:  # no root reached it: a cycle through autograd?
-            found.cycles[site] = cycle_of(t)
+            found.cycles[site] = cycle_of(t, saved_views)
         holder = holder or named_sites.get(site, "")
         if not holder and site not in found.unnamed:
             found.unnamed[site] = ref

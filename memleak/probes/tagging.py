@@ -54,11 +54,25 @@ class Tagger(Protocol):
 class Box:
     """What the pack hook hands autograd: the saved tensor itself, in a weakly referenced box."""
 
-    __slots__ = ("t", "version", "__weakref__")
+    __slots__ = ("t", "version", "of", "__weakref__")
 
-    def __init__(self, t, version):
+    def __init__(self, t, version, of=""):
         self.t = t
         self.version = version
+        self.of = of  # `saved_view_of`
+
+
+def saved_view_of(t: torch.Tensor) -> str:
+    """The custom autograd Function whose output `t` is a view of, made in its forward (so before
+    the output had a grad_fn: a leaf), or "": a Function that saves such a view for backward keeps
+    its output alive from inside its own graph, a cycle in C++ that only a backward frees
+    (pytorch#94990)."""
+    if not (t._is_view() and t.is_leaf):
+        return ""
+    fn = getattr(t._base, "grad_fn", None)
+    if not isinstance(fn, torch.autograd.function.BackwardCFunction):
+        return ""
+    return type(fn).__name__.removesuffix("Backward")
 
 
 def unpack(box):

@@ -51,7 +51,7 @@ from .jit_traces import traced_functions
 from .optimizer_params import StartParams
 from .referrers import name_by_referrers
 from .survivors import Survivors, birth_cohorts, cohorts_per_site, group_births, name_site, saved_cohorts
-from .tagging import MAX_TAGS, Box, Tagging, stacks_empty, sweep
+from .tagging import MAX_TAGS, Box, Tagging, saved_view_of, stacks_empty, sweep
 from .thread_held import ThreadHeld
 
 # Deep steps whose tags are kept for checking.
@@ -144,11 +144,14 @@ class TensorProbe(Probe):
 
     def _pack(self, t: torch.Tensor):
         # The graph keeps what pack returns for as long as it keeps the saved tensor: a small
-        # box, weakly referenced here, dies exactly when the graph lets go. The box holds a
-        # detached alias (same storage, same version counter): holding `t` itself would hold
-        # an output's grad_fn from inside its own graph, a cycle through C++ that never dies.
+        # box, weakly referenced here, dies exactly when the graph lets go. It holds what autograd
+        # would: a leaf (no grad_fn: a parameter, an input, a view made under no_grad) itself, with
+        # all it references (a no-grad view of a custom Function's output references that output
+        # and so its graph: the cycle of pytorch#94990, a leak the user must see); any other
+        # tensor as a detached alias (same storage, same version counter), since holding it
+        # itself would hold an output's grad_fn from inside its own graph, a cycle autograd avoids.
         try:
-            box = Box(t.detach(), t._version)
+            box = Box(t if t.is_leaf else t.detach(), t._version, saved_view_of(t))
         except Exception:  # a tensor type without detach or a version: hand it back untouched
             return t
         try:
@@ -320,7 +323,7 @@ class TensorProbe(Probe):
         named: dict[str, str],
         final: bool = False,
     ) -> None:
-        found = group_births(self.births, step, exclude, ptrs, tensor_holder, named)
+        found = group_births(self.births, step, exclude, ptrs, tensor_holder, named, self._saved_views())
         for _, site, holder in found.groups:
             if holder:
                 self.site_holders[site] = holder
@@ -357,6 +360,16 @@ class TensorProbe(Probe):
             cut = borns[-MAX_COHORTS]
             for i in [i for i, e in self.births.items() if e[1] is not None and e[1] < cut]:
                 del self.births[i]
+
+    def _saved_views(self) -> dict[int, str]:
+        """id of a custom Function's output -> the Function, for the outputs of which a view saved on
+        a deep step is still held by the graph (the box keeps the view, the view its base)."""
+        views = {}
+        for ref, *_ in self.saved:
+            box = ref()
+            if box is not None and box.of:
+                views[id(box.t._base)] = box.of
+        return views
 
     def _check_saved(self, step: int, ptrs: set[int]) -> None:
         self.saved, cohorts = saved_cohorts(self.saved, step, ptrs)
