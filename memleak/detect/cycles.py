@@ -60,23 +60,7 @@ def describe(mark: str, site: str, holder: str) -> tuple[Kind, str, str] | None:
             ),
         )
     if mark.startswith("saved:"):
-        fn = mark[6:]
-        return (
-            Kind.RETAINED_GRAPH,
-            (
-                f"a reference cycle inside autograd keeps them: the custom autograd Function {fn} saves a view "
-                f"of its own output for backward (output -> grad_fn -> saved view -> the view's base, the "
-                f"output; pytorch#94990); a backward frees it, but a forward whose output is dropped without "
-                f"one (an evaluation outside torch.no_grad()) leaves a cycle in C++ that neither reference "
-                f"counting nor Python's garbage collector ever frees"
-            ),
-            (
-                f"the custom autograd Function `{fn}` saves a view of its output: save the output itself "
-                f"(`ctx.save_for_backward(out)`) and reshape it in backward, or save a view of a detached "
-                f"alias (`out.detach().view(...)`); run forwards that need no backward under "
-                f"`torch.no_grad()`."
-            ),
-        )
+        return _saved_view(mark[6:])
     if mark.startswith("ctx:"):
         fn = mark[4:]
         where = f" ({holder})" if holder else ""
@@ -95,3 +79,23 @@ def describe(mark: str, site: str, holder: str) -> tuple[Kind, str, str] | None:
             ),
         )
     return None
+
+
+def _saved_view(fn: str) -> tuple[Kind, str, str]:
+    """A custom Function that saves a view of its own output (pytorch#94990)."""
+    return (
+        Kind.RETAINED_GRAPH,
+        (
+            f"a reference cycle inside autograd keeps them: the custom autograd Function {fn} saves a view "
+            f"of its own output for backward (output -> grad_fn -> saved view -> the view's base, the "
+            f"output; pytorch#94990); a backward frees it, but a forward whose output is dropped without "
+            f"one (an evaluation outside torch.no_grad()) leaves a cycle in C++ that neither reference "
+            f"counting nor Python's garbage collector ever frees"
+        ),
+        (
+            f"the custom autograd Function `{fn}` saves a view of its output: save the output itself "
+            f"(`ctx.save_for_backward(out)`) and reshape it in backward, or save a view of a detached "
+            f"alias (`out.detach().view(...)`); run forwards that need no backward under "
+            f"`torch.no_grad()`."
+        ),
+    )
