@@ -60,10 +60,12 @@ def test_a_module_detail_step_pays_for_the_hooks_inside_it_too():
             probe.step_begin(step)
             model(torch.ones(2, 4))
             detail = probe.detail
-            # plain steps take a second; a detail step 0.19 s more (its hooks)
-            probe.sample(step, 1.19 if detail else 1.0)
+            # plain steps take ten seconds; a detail step 1.9 s more (its hooks): long enough that
+            # the record's own time (a few ms; 20 in a test worker with a fragmented heap) cannot
+            # change the gap
+            probe.sample(step, 11.9 if detail else 10.0)
             if detail and step > 1 and young_gap(step, 0.0) is None:  # past the young run's dense samples
-                # 0.19 s (and the record's few ms) at 2 % of a 1 s step: one detail step in 10
+                # 1.9 s (and the record's few ms) at 2 % of a 10 s step: one detail step in 10
                 assert probe.next_detail - step == 10
                 break
         else:
