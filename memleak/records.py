@@ -254,7 +254,7 @@ class BirthCohort(_Record):
     count: int = 0  # tensors
     bytes: int = 0  # bytes of their storages (each storage once)
     grad: int = 0  # of them, tensors with a grad_fn
-    cycle: str = ""  # "grad", "ctx:Function", "saved:Function", "hook:fn" when an autograd reference cycle holds them
+    cycle: str = ""  # "grad", "ctx:Function", "saved:Function", "packed:hook", "hook:fn": an autograd cycle holds them
 
     OPTIONAL = frozenset({"cycle"})
 

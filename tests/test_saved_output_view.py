@@ -111,3 +111,45 @@ def test_the_report_names_the_function_with_the_fix():
     assert top.location == "SavesOutputView.saved_tensors", str(report)
     assert "pytorch#94990" in " ".join(top.evidence)
     assert "ctx.save_for_backward(out)" in top.fix
+
+
+def _pack_live(x):
+    return x  # the user's hook: the live tensor, grad_fn and all (no .detach())
+
+
+def _unpack_live(x):
+    return x
+
+
+def _packed_eval_outputs_alive(tracker_factory, steps=12) -> int:
+    torch.manual_seed(0)
+    lin = nn.Linear(16, 64)
+    refs = []
+    with tracker_factory(lin) as tracker:
+        for _ in range(steps):
+            with torch.autograd.graph.saved_tensors_hooks(_pack_live, _unpack_live):
+                y = lin(torch.randn(32, 16)).tanh()  # tanh saves its output: packed as itself
+            refs.append(weakref.ref(y))
+            del y
+            tracker.step()
+    gc.collect()
+    return sum(r() is not None for r in refs)
+
+
+def test_a_pack_hook_that_keeps_the_live_output_is_a_cycle_memleak_leaves_and_names():
+    from memleak.probes.reach import cycle_of
+
+    assert _packed_eval_outputs_alive(lambda m: _Untracked()) == 12  # autograd's cycle, untracked
+    assert _packed_eval_outputs_alive(lambda m: memleak.track(m, level="full")) == 12
+    x = torch.randn(3, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(_pack_live, _unpack_live):
+        y = (x * 2).tanh()
+        z = (x * 2).detach().tanh()  # no graph: nothing saved
+    assert cycle_of(y) == "packed:_unpack_live"
+    assert cycle_of(z) == ""
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach(), _unpack_live):
+        w = (x * 2).tanh()
+    assert cycle_of(w) == ""  # a detached pack: no cycle
+    assert cycle_of((x * 2).tanh()) == ""  # no hooks: autograd keeps its output without the grad_fn
+    y.sum().backward()  # frees the saved tensors, and the cycle
+    assert cycle_of(y) == ""

@@ -16,7 +16,8 @@ from ..schema import Kind
 
 
 def cycle_mark(cohorts: Iterable[BirthCohort], holder: str) -> str:
-    """The cycle a group of cohorts is kept by: ``grad``, ``ctx:Function``, ``saved:Function``, or ""."""
+    """The cycle a group of cohorts is kept by: ``grad``, ``ctx:Function``, ``saved:Function``,
+    ``packed:unpack_hook``, or ""."""
     for c in cohorts:
         if c.cycle:
             return c.cycle
@@ -61,6 +62,8 @@ def describe(mark: str, site: str, holder: str) -> tuple[Kind, str, str] | None:
         )
     if mark.startswith("saved:"):
         return _saved_view(mark[6:])
+    if mark.startswith("packed:"):
+        return _packed_live(mark[7:])
     if mark.startswith("ctx:"):
         fn = mark[4:]
         where = f" ({holder})" if holder else ""
@@ -97,5 +100,40 @@ def _saved_view(fn: str) -> tuple[Kind, str, str]:
             f"(`ctx.save_for_backward(out)`) and reshape it in backward, or save a view of a detached "
             f"alias (`out.detach().view(...)`); run forwards that need no backward under "
             f"`torch.no_grad()`."
+        ),
+    )
+
+
+def keeps_graph(mark: str) -> bool:
+    """Whether a cycle of this mark keeps its tensors' graph: a saved view or a packed live tensor."""
+    return mark.startswith(("saved:", "packed:"))
+
+
+def cycle_holder(mark: str) -> str:
+    """The holder a graph-keeping cycle names (`keeps_graph`): what the user fixes; else ""."""
+    if mark.startswith("saved:"):
+        return f"{mark[6:]}.saved_tensors"
+    if mark.startswith("packed:"):
+        return f"{mark[7:]} (saved_tensors_hooks)"
+    return ""
+
+
+def _packed_live(hook: str) -> tuple[Kind, str, str]:
+    """The user's saved-tensor hooks packing a saved output as itself, graph attached."""
+    return (
+        Kind.RETAINED_GRAPH,
+        (
+            f"a reference cycle inside autograd keeps them: the saved_tensors_hooks whose unpack hook is "
+            f"{hook} pack a saved tensor as the tensor itself, or as a copy still attached to the graph "
+            f"(no .detach()); an op that saves its own output (tanh, sigmoid, exp, softmax) then holds a "
+            f"tensor that holds the op (output -> grad_fn -> packed tensor -> output); a backward frees "
+            f"it, but a forward with no backward (an evaluation outside torch.no_grad()) or "
+            f"backward(retain_graph=True) leaves a cycle in C++ that neither reference counting nor "
+            f"Python's garbage collector ever frees"
+        ),
+        (
+            f"the pack hook paired with `{hook}` returns the live tensor: return `x.detach()` (or a copy "
+            f"of it, as `torch.autograd.graph.save_on_cpu` does) so that the graph keeps data, not "
+            f"itself; run forwards that need no backward under `torch.no_grad()`."
         ),
     )

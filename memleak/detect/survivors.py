@@ -210,9 +210,9 @@ def _survivor_entry(findings: Entries, b: _Births, g: _Group, cyclic: Collected,
             "tensors": float(np.median([c.count for c in g.cohorts.values()])),
             "grad_fns": float(np.median([c.grad for c in g.cohorts.values()])),
         }
-    if (g.holder and cycle is None) or loc.endswith(".saved_tensors"):
+    if (g.holder and cycle is None) or cycles.keeps_graph(cycles.cycle_mark(g.cohorts.values(), g.holder)):
         # a named holder of tensors with a grad_fn keeps their graphs (saved_graphs credits it), as
-        # does a custom Function's output that its saved view keeps in a cycle
+        # does a cycle through what a graph saved
         grads = max(c.grad for c in g.cohorts.values())
         f["data"]["grad_tensors"] = max(f["data"].get("grad_tensors", 0), grads)
 
@@ -230,11 +230,11 @@ def _walked_twin(b: _Births, g: _Group, hkinds, findings: Entries) -> tuple[str,
 
 def _cycle_holder(g: _Group) -> str:
     """What holds tensors no name reaches, when the cycle they sit in says: a custom autograd
-    Function's ctx (``Fn.ctx``, as a holder named through it reads ``Fn.ctx.attr``) or what it saved
-    for backward (``Fn.saved_tensors``); else ""."""
+    Function's ctx (``Fn.ctx``, as a holder named through it reads ``Fn.ctx.attr``) or what a graph
+    saved (``cycles.cycle_holder``); else ""."""
     mark = cycles.cycle_mark(g.cohorts.values(), g.holder)
-    if mark.startswith("saved:"):
-        return f"{mark[6:]}.saved_tensors"
+    if cycles.keeps_graph(mark):
+        return cycles.cycle_holder(mark)
     return f"{mark[4:]}.ctx" if mark.startswith("ctx:") else ""
 
 

@@ -218,7 +218,9 @@ def cycle_of(t: torch.Tensor, saved_views: dict[int, str] | None = None) -> str:
     ``saved:Name``: it is a custom Function's output (or a view of one) and the Function saved a
     view of that output for backward: a cycle inside autograd's C++ graph, never freed
     (pytorch#94990); `saved_views`: id of such an output -> the Function's name, from the views
-    saved on deep steps (`tagging.saved_view_of`)."""
+    saved on deep steps (`tagging.saved_view_of`).
+    ``packed:hook``: the user's saved-tensor hooks (named by the unpack hook) packed it, an output
+    of the node it is saved in, as itself (`_packed_live`)."""
     try:
         g = t.grad if t.is_leaf else None
     except (RuntimeError, AttributeError):
@@ -239,7 +241,45 @@ def cycle_of(t: torch.Tensor, saved_views: dict[int, str] | None = None) -> str:
     for out in (t, t._base if t._is_view() else None):
         if saved_views and id(out) in saved_views:
             return "saved:" + saved_views[id(out)]
+        hook = _packed_live(out)
+        if hook:
+            return "packed:" + hook
     return ""
+
+
+def _packed_live(out: Any) -> str:
+    """The unpack hook (its qualified name) of the user's saved-tensor hooks whose pack hook gave
+    the graph node that made `out` the tensor itself, or a copy still attached to the node (no
+    ``.detach()``), for an output the node saved: the node then holds what holds the node, a
+    cycle in C++ that only a backward frees; "" otherwise."""
+    gf = getattr(out, "grad_fn", None)
+    if gf is None:
+        return ""
+    for name in dir(gf):
+        if not name.startswith("_raw_saved_"):
+            continue
+        try:
+            raw = getattr(gf, name)  # raises once a backward freed them
+        except Exception:
+            continue
+        for st in raw[:8] if isinstance(raw, (list, tuple)) else [raw]:
+            hook = getattr(st, "unpack_hook", None)
+            if hook is None:
+                continue  # no hooks: autograd keeps an output without its grad_fn
+            try:
+                data = st.data
+            except Exception:
+                continue
+            for d in data[:8] if isinstance(data, (list, tuple)) else [data]:
+                if d is out or _attached_to(d, gf):
+                    return qualname(hook)
+    return ""
+
+
+def _attached_to(d: Any, node: Any) -> bool:
+    """Whether tensor `d` was made from `node`'s output with the graph kept (``x.to("cpu")``)."""
+    fn = getattr(d, "grad_fn", None) if isinstance(d, torch.Tensor) else None
+    return fn is not None and any(f is node for f, _ in fn.next_functions)
 
 
 def _where(frame: Any) -> str:
