@@ -259,6 +259,12 @@ def test_one_fresh_tensor_whose_size_rose_is_a_leak_only_when_it_rose_every_time
     assert not rank([four], measured_bps=2000)[0].leak
     more = Finding(**{**held.__dict__, "data": {"bytes_only": False}})
     assert rank([more], measured_bps=100)[0].leak  # more tensors held, or old ones: no confirmation needed
+    # a cache that held nothing at the first samples, then a larger tensor at every one (a prompt
+    # cache reused without a copy): judged from its first tensor on
+    late = Finding(**{**held.__dict__, "data": {**held.data, "bytes": [0, 0, 10, 20, 30, 40, 50]}})
+    assert rank([late], measured_bps=2000)[0].leak
+    short = Finding(**{**held.__dict__, "data": {**held.data, "bytes": [0, 0, 0, 10, 20, 30, 40]}})
+    assert not rank([short], measured_bps=2000)[0].leak  # four samples with a tensor: too few
 
 
 def test_a_growing_holder_in_host_memory_on_a_device_run_is_confirmed_by_the_host_series():

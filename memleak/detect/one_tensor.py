@@ -7,6 +7,7 @@ in its data; `suspects.rank` asks `unconfirmed`."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -38,7 +39,7 @@ def unconfirmed(f: Finding, measured_bps: float, growing_model: list[str]) -> Fi
         )
         fix = "None needed if the batch or sequence is meant to grow (a ramp, a curriculum); check that it stops."
         return replace(f, leak=False, evidence=(*f.evidence, note), fix=fix)
-    sizes = f.data.get("bytes") or []
+    sizes = list(itertools.dropwhile(lambda b: b == 0, f.data.get("bytes") or []))  # from its first tensor on
     steady = len(sizes) >= STEADY_SAMPLES and all(b > a for a, b in zip(sizes, sizes[1:], strict=False))
     if steady and measured_bps >= 0.5 * f.bytes_per_step:
         return f
