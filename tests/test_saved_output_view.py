@@ -51,14 +51,14 @@ class _Untracked:
         pass
 
 
-def _eval_outputs_alive(tracker_factory, steps=12) -> int:
+def _eval_outputs_alive(tracker_factory, forward=lambda lin, x: SavesOutputView.apply(lin(x)), steps=12) -> int:
     """Forwards with no backward, each output dropped: how many outputs are still alive after."""
     torch.manual_seed(0)
     lin = nn.Linear(16, 32)
     refs = []
     with tracker_factory(lin) as tracker:
         for _ in range(steps):
-            y = SavesOutputView.apply(lin(torch.randn(8, 16)))
+            y = forward(lin, torch.randn(8, 16))
             refs.append(weakref.ref(y))
             del y
             tracker.step()
@@ -121,26 +121,16 @@ def _unpack_live(x):
     return x
 
 
-def _packed_eval_outputs_alive(tracker_factory, steps=12) -> int:
-    torch.manual_seed(0)
-    lin = nn.Linear(16, 64)
-    refs = []
-    with tracker_factory(lin) as tracker:
-        for _ in range(steps):
-            with torch.autograd.graph.saved_tensors_hooks(_pack_live, _unpack_live):
-                y = lin(torch.randn(32, 16)).tanh()  # tanh saves its output: packed as itself
-            refs.append(weakref.ref(y))
-            del y
-            tracker.step()
-    gc.collect()
-    return sum(r() is not None for r in refs)
+def _packed_tanh(lin, x):
+    with torch.autograd.graph.saved_tensors_hooks(_pack_live, _unpack_live):
+        return lin(x).tanh()  # tanh saves its output: packed as itself
 
 
 def test_a_pack_hook_that_keeps_the_live_output_is_a_cycle_memleak_leaves_and_names():
     from memleak.probes.reach import cycle_of
 
-    assert _packed_eval_outputs_alive(lambda m: _Untracked()) == 12  # autograd's cycle, untracked
-    assert _packed_eval_outputs_alive(lambda m: memleak.track(m, level="full")) == 12
+    assert _eval_outputs_alive(lambda m: _Untracked(), _packed_tanh) == 12  # autograd's cycle, untracked
+    assert _eval_outputs_alive(lambda m: memleak.track(m, level="full"), _packed_tanh) == 12
     x = torch.randn(3, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(_pack_live, _unpack_live):
         y = (x * 2).tanh()
