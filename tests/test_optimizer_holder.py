@@ -194,3 +194,29 @@ def test_lbfgs_curvature_history_is_its_own_state_not_a_holder():
     w = walk_roots(step=3, model=model, optimizer=opt, ages=Ages(), exclude=exclude, frames=[sys._getframe()])
     assert not any(k in name for name in w.holders for k in ("old_dirs", "old_stps", "'ro'", "'al'"))
     assert "opt.state[...]['losses']" in w.holders
+
+
+def test_state_of_parameters_no_group_lists_any_more_is_named_under_state_with_its_fix():
+    """A head replaced by assigning ``param_groups[i]["params"]``: the old head's parameters stay keys
+    of ``opt.state``, with their moments (gsplat #931, DeepSpeed #6729)."""
+    from memleak.probes.optimizer_params import orphaned_state
+
+    body = nn.Linear(8, 8)
+    head = nn.Linear(8, 2)
+    opt = torch.optim.Adam([{"params": body.parameters()}, {"params": head.parameters()}], lr=1e-3)
+    with memleak.track(nn.ModuleDict({"body": body}), optimizer=opt, level="full") as tracker:
+        for _ in range(30):
+            head = nn.Linear(8, 2)  # a fresh head per task
+            opt.param_groups[1]["params"] = list(head.parameters())
+            opt.zero_grad()
+            head(body(torch.randn(4, 8))).sum().backward()
+            opt.step()
+            tracker.step()
+    orphans = orphaned_state(opt)
+    assert len(orphans) >= 29 * 2 * 3  # each old head's weight and bias, its gradient... and its moments
+    assert all(p in opt.state for p in orphans if isinstance(p, nn.Parameter))
+    report = tracker.report()
+    top = report.suspects[0]
+    assert report.verdict == memleak.Verdict.LEAK and top.location == "opt.state", str(report)
+    assert "del opt.state[p]" in top.fix
+    assert orphaned_state(torch.optim.Adam(body.parameters())) == []  # no state yet

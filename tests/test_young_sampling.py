@@ -63,6 +63,11 @@ def test_the_tensor_probe_samples_a_young_run_every_other_step():
 
 
 class _NoSeries:
+    def __init__(self, optimizer_every: int = 1, steps: int = 40):
+        import pandas as pd
+
+        self.steps = pd.DataFrame({"step": range(steps), "optimizer_steps": [s // optimizer_every for s in range(steps)]})
+
     def memory_column(self):
         return None
 
@@ -86,3 +91,17 @@ def test_one_epoch_of_graphs_and_the_next_filling_is_a_retained_graph(counts, gr
     assert (f is not None) == leak
     if leak:
         assert f.kind.value == "retained_graph" and f.location == "epoch_loss"
+
+
+def test_a_gradient_accumulation_windows_summed_losses_are_no_epoch_of_graphs():
+    """Losses summed over the micro-batches of one optimizer step, one backward each (the forum's
+    "sum the losses, backward once"): the holder fills and empties with the optimizer's steps,
+    bounded by the window, not by an epoch."""
+    counts = [2, 6, 10, 14, 0, 2, 6, 10, 14, 0]  # emptied every 10 steps (sampled every other step)
+    steps = list(range(1, 2 * len(counts), 2))
+    accumulation = lifetimes._graph_teeth(_NoSeries(optimizer_every=10), "accum_loss", steps, _rows(counts))
+    assert accumulation is None
+    every_step = lifetimes._graph_teeth(_NoSeries(optimizer_every=1), "accum_loss", steps, _rows(counts))
+    assert every_step is not None and every_step.leak  # an optimizer step each step: an epoch's graphs
+    other = lifetimes._graph_teeth(_NoSeries(optimizer_every=4), "accum_loss", steps, _rows(counts))
+    assert other is not None  # a window that is not the holder's period explains nothing

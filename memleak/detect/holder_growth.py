@@ -46,6 +46,7 @@ _WHERE = {
     "optimizer_attr": "the optimizer attribute",
     "optimizer_params": "the optimizer's",
     "optimizer_state": "the optimizers' state in",
+    "optimizer_orphans": "the replaced parameters' state in",
     "jit": "TorchScript's compilation unit, filled by",
     "thread": "the running",
 }

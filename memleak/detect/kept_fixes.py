@@ -25,6 +25,12 @@ _KIND_FIXES = {
         "parameters (Adam's exp_avg/exp_avg_sq: twice the parameters' size): build the optimizer once, "
         "before the loop, and keep no old ones (nor their `state_dict()`s) in a list."
     ),
+    "optimizer_orphans": (
+        "`{holder}` keeps the state (Adam's exp_avg/exp_avg_sq) of parameters no param group lists any "
+        "more, keyed by the old parameters themselves, so each replaced layer stays alive with its "
+        "gradients: when replacing parameters, `del opt.state[p]` for each old one (or use "
+        "`add_param_group` for new layers and rebuild the optimizer over the current parameters)."
+    ),
     "optimizer_attr": (
         "`{holder}` is a container the code keeps in the optimizer (not the optimizer's own state), and it "
         "gains a tensor every step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or "

@@ -150,6 +150,10 @@ def _graph_teeth(run: Run, name: str, steps: list[int], rows: list[HolderRow | N
     period = (
         float(np.median(np.diff(starts))) if len(starts) > 1 else float(steps[teeth[0][1]] - steps[teeth[0][0]] + 1)
     )
+    accumulation = _optimizer_period(run)
+    gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0  # what a sampled period may be off by
+    if accumulation >= 2 and abs(period - accumulation) <= max(gap, 0.5):
+        return None  # the losses of a gradient-accumulation window, one backward each: bounded by it
     per_step = _tooth_slope(run, steps, teeth)
     peak = per_step * period
     held = [int(count[b]) for _, b in teeth]
@@ -179,6 +183,16 @@ def _graph_teeth(run: Run, name: str, steps: list[int], rows: list[HolderRow | N
         leak=True,
         data={"period_steps": period, "epochs": len(teeth), "peak_bytes": peak},
     )
+
+
+def _optimizer_period(run: Run) -> float:
+    """Steps between optimizer steps (the median gap; 0 where fewer than two were seen): more than
+    one when several steps (micro-batches) make one optimizer step."""
+    if "optimizer_steps" not in run.steps:
+        return 0.0
+    s = run.steps[["step", "optimizer_steps"]].dropna()
+    at = s["step"][s["optimizer_steps"].diff() > 0].to_numpy()  # the steps an optimizer step ended
+    return float(np.median(np.diff(at))) if len(at) >= 2 else 0.0
 
 
 def _epochs(n: int) -> str:

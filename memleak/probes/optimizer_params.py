@@ -89,8 +89,17 @@ def optimizer_held(opt: Any, exclude: set[int]) -> Iterator[tuple[str, Any, str,
             f"parameters {name} keeps in its param_groups that are not the model's (or, tracked without "
             "a model, that it gained after tracking started), with their gradients and its state for them",
         )
+    orphans = orphaned_state(opt)
+    if orphans:
+        yield (
+            "state",
+            orphans,
+            "optimizer_orphans",
+            f"parameters {name} keeps as keys of its state although no param group lists them any more "
+            "(replaced or removed), with their gradients and its state for them",
+        )
     extra = foreign_state(opt, exclude)
-    if extra:
+    if extra and not orphans:
         yield (
             "state",
             extra,
@@ -146,4 +155,22 @@ def foreign_state(opt: Any, exclude: set[int]) -> list[torch.Tensor]:
                 out.extend(t for t in state_tensors(state, p) if id(t) not in exclude)
                 if len(out) >= _MAX_LISTED:
                     return out
+    return out
+
+
+def orphaned_state(opt: Any) -> list[torch.Tensor]:
+    """The parameters that are keys of `opt`'s state but in none of its param groups (a layer
+    replaced by assigning ``param_groups[i]["params"]``, a pruned parameter), each followed by its
+    gradient and state: ``opt.state`` keeps them, and all they hold, for as long as it lives."""
+    state = getattr(opt, "state", None)
+    if not isinstance(state, dict) or not state:
+        return []
+    listed = {id(p) for g in getattr(opt, "param_groups", None) or () for p in g.get("params", ())}
+    out: list[torch.Tensor] = []
+    for p in list(state)[:_MAX_LISTED]:
+        if isinstance(p, torch.Tensor) and id(p) not in listed:
+            out.append(p)
+            if p.grad is not None:
+                out.append(p.grad)
+            out.extend(state_tensors(state, p))
     return out
