@@ -36,8 +36,8 @@ FLUSH_SECONDS = 0.5
 class RecordSink:
     """Keeps records in memory; the base of RunWriter. `records` is what a Run is built from.
 
-    Steps are kept as a run file's step lines (`StepLines`: change-masked arrays, about 60 bytes a
-    step) in one buffer on the C heap, where memleak measures its own bytes, not as a dict each
+    Steps are kept as a run file's step lines (`StepLines`: change-masked arrays, 25 bytes a step
+    at counters) in one buffer on the C heap, where memleak measures its own bytes, not as a dict each
     (320 bytes a step in Python's own arenas, outside the heap: a 30,000-step run's records read as
     a leak in RSS); the other records stay dicts, with the count of the steps between them."""
 

@@ -99,7 +99,7 @@ def optimizer_held(opt: Any, exclude: set[int]) -> Iterator[tuple[str, Any, str,
             "(replaced or removed), with their gradients and its state for them",
         )
     extra = foreign_state(opt, exclude)
-    if extra and not orphans:
+    if extra and not orphans:  # one holder a name: a replaced layer's state, the likelier leak, first
         yield (
             "state",
             extra,
