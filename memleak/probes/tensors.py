@@ -90,6 +90,7 @@ class TensorProbe(Probe):
         self.thread_held = ThreadHeld()  # what other threads make and keep (thread_held.py)
         self.births: dict[int, tuple[Any, int, str]] = {}  # id -> (weakref, step, site)
         self.saved: list[tuple] = []  # (weakref to the box, step, storage ptr, bytes, site)
+        self.view_boxes: list[Any] = []  # the weakrefs of `saved` whose box holds a saved view (Box.of)
         self.saved_tagged: dict[int, list[int]] = {}
         self.n_tags = 0
         self._mode: _NoMode | Tagging | None = None
@@ -160,6 +161,8 @@ class TensorProbe(Probe):
                 ptr, nb = tensor_nbytes(t)
                 site = user_site(3)  # frames: user_site, _pack, Tagging.pack, the op's caller
                 self.saved.append((weakref.ref(box), self._deep_step, ptr, nb, site or "?"))
+                if box.of:  # rare: kept apart, so that a check need not read every saved box
+                    self.view_boxes.append(self.saved[-1][0])
                 acc = self.saved_tagged.setdefault(self._deep_step, [0, 0])
                 acc[0] += 1
                 acc[1] += nb
@@ -364,12 +367,8 @@ class TensorProbe(Probe):
     def _saved_views(self) -> dict[int, str]:
         """id of a custom Function's output -> the Function, for the outputs of which a view saved on
         a deep step is still held by the graph (the box keeps the view, the view its base)."""
-        views = {}
-        for ref, *_ in self.saved:
-            box = ref()
-            if box is not None and box.of:
-                views[id(box.t._base)] = box.of
-        return views
+        self.view_boxes = [ref for ref in self.view_boxes if ref() is not None]
+        return {id(box.t._base): box.of for ref in self.view_boxes if (box := ref()) is not None}
 
     def _check_saved(self, step: int, ptrs: set[int]) -> None:
         self.saved, cohorts = saved_cohorts(self.saved, step, ptrs)
@@ -386,5 +385,6 @@ class TensorProbe(Probe):
         self.prev_roots = {}
         self.births = {}
         self.saved = []
+        self.view_boxes = []
         if hasattr(self, "ages"):
             self.ages.clear()
