@@ -91,9 +91,9 @@ def test_a_loop_whose_heap_stays_flat_is_never_traced(monkeypatch):
 
 
 def _traced_run(sites: list[list], steps: int = 60, rss_per_step: int = 4 << 20, heap_per_step: int = 0,
-                rss_base: int = 300 << 20) -> memleak.Run:
+                rss_base: int = 300 << 20, holder=None) -> memleak.Run:
     """A CPU run whose RSS grows by `rss_per_step` from `rss_base` and its C heap by `heap_per_step`,
-    and one traced window of steps 17-21 that found `sites`."""
+    and one traced window of steps 17-21 that found `sites`; `holder(step)`: a walk's one holder row."""
     rng = np.random.default_rng(0)
     records = [{"type": "header", "schema": 1, "device": "cpu", "level": "auto", "host_memory_bytes": 32 << 30}]
     for step in range(steps):
@@ -101,6 +101,8 @@ def _traced_run(sites: list[list], steps: int = 60, rss_per_step: int = 4 << 20,
         records.append({"type": "step", "step": step, "time": step * 0.1, "duration": 0.1,
                         "heap_bytes": (120 << 20) + step * heap_per_step + noise,
                         "rss_bytes": rss_base + step * rss_per_step + noise})
+        if holder is not None and step % 4 == 1:
+            records.append({"type": "holders", "step": step, "holders": [holder(step)], "buffers": {}})
     records.append({"type": "event", "event": "alloc_sites", "step": 21, "since": 17, "sites": sites, "nframe": 48})
     return run_from_records(records)
 
@@ -165,3 +167,38 @@ def test_a_window_the_run_ends_in_is_compared_over_two_steps_at_least(extra, com
     events = [e for e in tracker.report().run.events if e.get("event") == "alloc_sites"]
     assert bool(events) == compared, events
     assert all(e["step"] - e["since"] >= alloc_sites.MIN_COMPARED for e in events)
+
+
+def _ramped_logits(step: int) -> dict:
+    """The walk's row for `logits = compiled(tokens)` with one token more each step: one tensor, new
+    each step (both ends' checksums new), larger each time."""
+    return {"holder": "logits", "kind": "local", "count": 1, "bytes": (50 << 10) + step * 3200, "grad": 1,
+            "stored": "train.py:39", "ends": f"{step:x}:{step + 1:x}"}
+
+
+def test_lines_stay_suspects_beside_a_holder_of_one_tensor_that_is_merely_larger():
+    # torch.compile with static shapes and a sequence length one longer each step: the compiled
+    # line's blocks grow (a recompile a step); `logits`, larger each step, is no leak (one_tensor.py)
+    # and once took the line's evidence, so the report named nothing the user can act on
+    sites = [["/x/train.py:39", "torch", 2_000_000, 9000, "logits = compiled(tokens)"],
+             ["/usr/lib/site-packages/torch/_subclasses/fake_tensor.py:1301", "torch", 500_000, 3000, ""]]
+    report = memleak.analyze(_traced_run(sites, holder=_ramped_logits))
+    top = report.suspects[0]
+    assert (top.kind, top.location) == ("python_objects", "train.py:39"), str(report)
+    assert "mark_dynamic" in top.fix and "new shape each step" in top.fix
+    assert not next(s for s in report.suspects if s.location == "logits").leak
+
+
+def test_a_line_torch_keeps_outside_its_compiler_gets_no_recompile_advice():
+    sites = [["/x/train.py:39", "torch", 2_000_000, 9000, "logits = model(tokens)"]]
+    top = memleak.analyze(_traced_run(sites, holder=_ramped_logits)).suspects[0]
+    assert top.location == "train.py:39" and "torch keeps what this line's call makes" in top.fix
+
+
+def test_code_compiled_from_a_string_is_walked_past_to_the_users_line():
+    # networkx's argmap compiles its wrappers from strings: their blocks are the caller's line's
+    frames = [("/x/train.py", 39), (torch._dynamo.eval_frame.__file__, 9),
+              ("<class 'networkx.utils.decorators.argmap'> compilation 16", 3)]
+    assert alloc_sites._site(type("Tb", (), {"_frames": frames})()) == ("/x/train.py:39", "torch")
+    typed = [("<ipython-input-3-0f1e>", 4), ("<string>", 2)]  # a notebook cell is the user's; a dataclass's init is not
+    assert alloc_sites._site(type("Tb", (), {"_frames": typed})()) == ("<ipython-input-3-0f1e>:4", "")

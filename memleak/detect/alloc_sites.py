@@ -44,6 +44,16 @@ TORCH_KEEPS = (
     "issue of your torch version."
 )
 
+#: Files of torch's compiler stack: blocks made there, kept step after step, are compiled code for
+#: each new input shape (a guard failure, then a recompile, each kept in the code's cache).
+COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/_subclasses/fake_tensor")
+RECOMPILES = (
+    "torch.compile keeps compiled code for every input shape it has seen, and this line's inputs have a new "
+    "shape each step (a growing sequence length, a new batch size): each compiles anew and stays in the cache. "
+    "Compile with `dynamic=True`, or mark the varying dimension (`torch._dynamo.mark_dynamic(x, 1)`), or pad "
+    "inputs to a few fixed sizes; a raised `torch._dynamo.config.cache_size_limit` lets the cache grow further."
+)
+
 
 def site_findings(run: Run, holders: Sequence[HoldersRecord], findings: Entries) -> None:
     """An entry for each line whose traced allocations grow with host memory (none where host
@@ -60,7 +70,7 @@ def site_findings(run: Run, holders: Sequence[HoldersRecord], findings: Entries)
     last = events[-1]
     steps = max(1, int(last.get("step", 0)) - int(last.get("since", 0)))
     stored = _stored_lines(holders, findings)
-    named = any(f.get("leak") for f in findings.values())
+    named = any(_names_growth(f) for f in findings.values())
     least = max(MIN_DATA_BPS, HOST_SHARE * host.slope)
     for site, lib, nbytes, blocks, code, together in _by_library(last["sites"]):
         per_step = float(nbytes) / steps
@@ -82,7 +92,7 @@ def site_findings(run: Run, holders: Sequence[HoldersRecord], findings: Entries)
             confidence=ALONE if group >= least else PARTLY,
             bps=group,
             total=group * max(1, len(run.steps)),
-            fix=_fix(line, lib),
+            fix=_fix(line, lib, together),
             data={**f["data"], "alloc_site": True, "library": lib, "host_column": host.column},
         )
         f["evidence"] += [
@@ -130,9 +140,16 @@ def _stored_lines(holders: Sequence[HoldersRecord], findings: Entries) -> dict[s
     out = {}
     for r in holders:
         for row in r.holders:
-            if row.stored and findings.get(row.holder, {}).get("leak"):
+            if row.stored and _names_growth(findings.get(row.holder, {})):
                 out[row.stored] = row.holder
     return out
+
+
+def _names_growth(f: dict) -> bool:
+    """Whether a leak entry names what grows. A holder of one tensor whose size rose (one_tensor.py)
+    may hold a larger batch each step, not a leak: it names nothing yet, and the lines stay suspects
+    beside it."""
+    return bool(f.get("leak")) and not f["data"].get("bytes_only")
 
 
 def _short(site: str) -> str:
@@ -150,7 +167,9 @@ def _evidence(line: str, lib: str, code: str, nbytes: float, blocks: int, event:
     )
 
 
-def _fix(line: str, lib: str) -> str:
+def _fix(line: str, lib: str, together: Sequence[list]) -> str:
+    if lib == "torch" and any(part in str(s[0]) for s in together for part in COMPILER_FILES):
+        return f"At {line}: {RECOMPILES}"
     if lib == "torch":
         return f"At {line}: {TORCH_KEEPS}"
     how = RELEASE.get(lib, "release it when done with it (close it, or clear or bound the cache that keeps it)")

@@ -198,7 +198,9 @@ def _whose(filename: str) -> str:
 @lru_cache(maxsize=4096)
 def _package(filename: str) -> str:
     """The installed package a file belongs to (``.../site-packages/matplotlib/figure.py`` ->
-    matplotlib); the file's name where it is in none."""
+    matplotlib); the file's name where it is in none, nothing for code compiled from a string."""
+    if filename.startswith("<"):
+        return ""
     parts = Path(filename).parts
     for marker in ("site-packages", "dist-packages"):
         if marker in parts:

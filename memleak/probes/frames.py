@@ -61,9 +61,20 @@ def _is_library_file(filename: str) -> bool:
     if hit is None:
         real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
         hit = _library_file[filename] = filename != _DEMO_FILE and (
-            any(real.startswith(d) for d in _LIB_DIRS) or filename.startswith("<frozen")
+            any(real.startswith(d) for d in _LIB_DIRS) or _generated(filename)
         )
     return hit
+
+
+#: Code compiled from a string whose name says it is the user's: a notebook cell, typed input.
+_TYPED_IN = ("<ipython-input-", "<stdin>")
+
+
+def _generated(filename: str) -> bool:
+    """Code a library compiled from a string at run time (a dataclass's ``__init__`` in ``<string>``,
+    an FX graph's ``<eval_with_key>.3``, networkx's ``<... argmap'> compilation 16``, a frozen module):
+    walked past like the library's own files, to the user's line that called in."""
+    return filename.startswith("<") and not filename.startswith(_TYPED_IN)
 
 
 def is_user_file(filename: str) -> bool:
