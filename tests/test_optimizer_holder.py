@@ -220,3 +220,51 @@ def test_state_of_parameters_no_group_lists_any_more_is_named_under_state_with_i
     assert report.verdict == memleak.Verdict.LEAK and top.location == "opt.state", str(report)
     assert "del opt.state[p]" in top.fix
     assert orphaned_state(torch.optim.Adam(body.parameters())) == []  # no state yet
+
+
+class _MomentumWithGrad(torch.optim.Optimizer):
+    """A hand-written momentum step without ``@torch.no_grad()`` (AdaHessian ports: pytorch-optimizer #358)."""
+
+    def __init__(self, params, lr=0.01):
+        super().__init__(params, {"lr": lr})
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                st = self.state[p]
+                if not st:
+                    st["buf"] = torch.zeros_like(p.data)
+                st["buf"].mul_(0.9).add_(p.grad)  # p.grad carries a graph: so does buf, chained step to step
+                p.data.add_(st["buf"].data, alpha=-group["lr"])
+
+
+def _graphed_state_run(create_graph: bool):
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = _MomentumWithGrad(model.parameters())
+    with memleak.track(model, optimizer=opt, level="full") as tracker:
+        for _ in range(30):
+            opt.zero_grad()
+            model(torch.randn(32, 16)).pow(2).mean().backward(create_graph=create_graph)
+            opt.step()
+            tracker.step()
+    return model, opt, tracker.report()
+
+
+def test_optimizer_state_that_carries_a_graph_is_not_owned_and_is_named_with_no_grad_as_its_fix():
+    from memleak.probes.optimizer_params import graphed_state
+
+    model, opt, report = _graphed_state_run(create_graph=True)
+    ids, _ = excluded_ids(model, opt)
+    assert graphed_state(opt) and not any(id(t) in ids for t in graphed_state(opt))
+    top = report.suspects[0]
+    assert (top.kind, top.location) == ("retained_graph", "opt.state"), str(report)
+    assert "@torch.no_grad()" in top.fix
+    for p in model.parameters():
+        p.grad = None  # the graph's cycle through .grad (create_graph) outlives the test otherwise
+
+
+def test_the_same_optimizer_on_plain_gradients_keeps_owned_state_and_no_leak():
+    model, opt, report = _graphed_state_run(create_graph=False)
+    ids, _ = excluded_ids(model, opt)
+    assert all(id(opt.state[p]["buf"]) in ids for p in model.parameters())
+    assert report.verdict != memleak.Verdict.LEAK, str(report)

@@ -27,6 +27,8 @@ def culprit_fix(
     """The fix for `holder` (of the walk's kind `hkind`) keeping tensors as a `kind` leak;
     `arrays`: what it keeps are numpy arrays that share their tensors' memory ("shared") or that
     have memory of their own ("own"), or images with pixel memory of their own ("images")."""
+    if hkind == "optimizer_graph":  # the chain is the optimizer's own update: its step needs no_grad
+        return kept_fix(holder, hkind, "")
     if kind == Kind.RETAINED_GRAPH:
         return _retained_graph_fix(holder, chained, same_object, hkind)
     if hkind in QUEUES:  # nothing reads the queue: what the items are is beside the point

@@ -47,6 +47,7 @@ _WHERE = {
     "optimizer_params": "the optimizer's",
     "optimizer_state": "the optimizers' state in",
     "optimizer_orphans": "the replaced parameters' state in",
+    "optimizer_graph": "the graphs the optimizer's state carries in",
     "jit": "TorchScript's compilation unit, filled by",
     "thread": "the running",
 }

@@ -31,6 +31,12 @@ _KIND_FIXES = {
         "gradients: when replacing parameters, `del opt.state[p]` for each old one (or use "
         "`add_param_group` for new layers and rebuild the optimizer over the current parameters)."
     ),
+    "optimizer_graph": (
+        "`{holder}` holds state tensors (Adam's exp_avg/exp_avg_sq) that carry autograd graphs: the optimizer's "
+        "`step` runs with grad enabled on gradients that carry a graph (`backward(create_graph=True)`), so each "
+        "in-place update chains onto the last and keeps every step's graph. Decorate `step` with "
+        "`@torch.no_grad()` (torch's own optimizers are), or update the state from `p.grad.detach()`."
+    ),
     "optimizer_attr": (
         "`{holder}` is a container the code keeps in the optimizer (not the optimizer's own state), and it "
         "gains a tensor every step: keep numbers (`.item()`), a bounded `collections.deque(maxlen=...)`, or "

@@ -180,7 +180,9 @@ def excluded_ids(model, optimizer, start_params=None, modules: Modules | None = 
                 else [p for group in optimizer.param_groups for p in group["params"]]
             )
         for p in params:
-            owned.extend(state_tensors(optimizer.state, p))
+            # state that carries a graph (a step run with grad enabled after a create_graph backward) is
+            # no state of the run's: the walk follows it, as a buffer updated with grad (optimizer_params)
+            owned.extend(t for t in state_tensors(optimizer.state, p) if t.grad_fn is None)
     # .grad of parameters only: read on a tensor made by an op (a buffer can be one), torch warns
     owned.extend([g for g in (getattr(p, "grad", None) for p in params) if g is not None])
     owned.extend(params)

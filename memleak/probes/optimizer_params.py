@@ -89,6 +89,15 @@ def optimizer_held(opt: Any, exclude: set[int]) -> Iterator[tuple[str, Any, str,
             f"parameters {name} keeps in its param_groups that are not the model's (or, tracked without "
             "a model, that it gained after tracking started), with their gradients and its state for them",
         )
+    graphed = graphed_state(opt)
+    if graphed:
+        yield (
+            "state",
+            graphed,
+            "optimizer_graph",
+            f"{name}'s state for the model's parameters, updated with grad enabled: each update adds to an "
+            "autograd graph that reaches the step's gradients and every earlier update",
+        )
     orphans = orphaned_state(opt)
     if orphans:
         yield (
@@ -99,7 +108,7 @@ def optimizer_held(opt: Any, exclude: set[int]) -> Iterator[tuple[str, Any, str,
             "(replaced or removed), with their gradients and its state for them",
         )
     extra = foreign_state(opt, exclude)
-    if extra and not orphans:  # one holder a name: a replaced layer's state, the likelier leak, first
+    if extra and not orphans and not graphed:  # one holder a name: a replaced layer's state, the likelier leak, first
         yield (
             "state",
             extra,
@@ -155,6 +164,22 @@ def foreign_state(opt: Any, exclude: set[int]) -> list[torch.Tensor]:
                 out.extend(t for t in state_tensors(state, p) if id(t) not in exclude)
                 if len(out) >= _MAX_LISTED:
                     return out
+    return out
+
+
+def graphed_state(opt: Any) -> list[torch.Tensor]:
+    """The state tensors `opt` keeps for its parameters that carry an autograd graph: its ``step``
+    ran with grad enabled (no ``@torch.no_grad()``) on gradients that carry one
+    (``backward(create_graph=True)``), so each in-place update chains onto the last."""
+    state = getattr(opt, "state", None)
+    if not isinstance(state, dict) or not state:
+        return []
+    out: list[torch.Tensor] = []
+    for group in getattr(opt, "param_groups", None) or ():
+        for p in group.get("params", ()):
+            out.extend(t for t in state_tensors(state, p) if t.grad_fn is not None)
+            if len(out) >= _MAX_LISTED:
+                return out
     return out
 
 
