@@ -178,3 +178,36 @@ def test_leak_fix_asks_for_full_detail_only_where_the_run_had_none():
     ]
     (f,) = growth_detect(_linear("auto", events))
     assert 'level="full"' not in f.fix and "full detail on 32 steps" in f.fix
+
+
+def test_records_of_plain_attributes_are_sized_with_their_attributes():
+    # a MemoryHandler's LogRecords, a dataclass row: an object, its __dict__ and its values (Tribler #8530)
+    import dataclasses
+    import logging
+
+    @dataclasses.dataclass(slots=True)
+    class Row:
+        step: int
+        loss: float
+        tag: str
+
+    rec = logging.LogRecord("serve", logging.INFO, "/srv/app.py", 12, "request %s took %.3f", ("r-1", 0.25), None)
+    size = item_size(rec)
+    assert size is not None and size >= sys.getsizeof(rec) + sys.getsizeof(rec.__dict__) + sys.getsizeof(rec.msg)
+    row = Row(1000, 0.5, "train")
+    assert item_size(row) == sys.getsizeof(row) + sys.getsizeof(1000) + sys.getsizeof(0.5) + sys.getsizeof("train")
+    n, nbytes = data_size([rec] * 40)
+    assert n == 40 and nbytes >= 40 * size
+
+
+def test_objects_that_keep_more_than_plain_attributes_are_left_to_the_walk():
+    class Holder:
+        def __init__(self):
+            self.t = torch.zeros(4)
+
+    def fn():
+        return 1
+
+    for obj in (Holder(), fn, lambda: 0, ValueError("x"), torch.zeros(2), torch.nn.Linear(2, 2), torch.nn.Parameter(torch.zeros(2))):
+        assert item_size(obj) is None, obj
+    assert data_size([Holder()]) is None

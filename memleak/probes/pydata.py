@@ -16,6 +16,8 @@ import itertools
 import sys
 from typing import Any
 
+import torch
+
 #: Items at each end of a container that are sized (as the walk samples tensors: walk_scope.SEQ_SAMPLE).
 ENDS = 12
 #: Objects one sampled item may consist of before it is not sized (then the walk walks it).
@@ -45,8 +47,9 @@ def _leaf_size(obj) -> int:
 
 
 def item_size(obj, budget: int = ITEM_BUDGET) -> int | None:
-    """The bytes of `obj` when it is plain data (scalars and builtin containers of them, nested),
-    else None: something else (a tensor, an array, a user object) or more than `budget` objects
+    """The bytes of `obj` when it is plain data (scalars, builtin containers of them and records of
+    them, nested: `record_fields`), else None: something else (a tensor, an array, an object that
+    keeps more than its attributes) or more than `budget` objects
     to look at. Long inner containers are sized from their first INNER items. A class counts
     nothing, and so do the keys of a dict that are strings: they are most often shared literals ("loss", "acc")."""
     stack: list[tuple[Any, float]] = [(obj, 1.0)]
@@ -63,7 +66,12 @@ def item_size(obj, budget: int = ITEM_BUDGET) -> int | None:
         if isinstance(o, type):  # a class named in a key (the warnings registry's): shared, none of its own
             continue
         if t not in _CONTAINERS:
-            return None
+            record = record_fields(o)
+            if record is None:
+                return None
+            total += scale * record[0]
+            stack.extend((v, scale) for v in record[1])
+            continue
         total += scale * sys.getsizeof(o)
         n = len(o)
         if not n:
@@ -78,6 +86,47 @@ def item_size(obj, budget: int = ITEM_BUDGET) -> int | None:
                     stack.append((k, s))
             stack.append((x, s))
     return int(total)
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not one of C
+#: Classes whose instances are never plain records, whatever their attributes: they keep more than
+#: their attributes (a traceback, a storage) or are code.
+_NOT_RECORDS: tuple[type, ...] = (BaseException, type, torch.Tensor, torch.nn.Module)
+
+
+def record_fields(obj) -> tuple[int, list] | None:
+    """(its own bytes: the object and its ``__dict__``; the values of its attributes: its
+    ``__dict__``'s and its slots') of an instance of a Python class that keeps nothing but its
+    attributes (a ``logging.LogRecord``, a dataclass row, a metric's child with a count list). None
+    for anything else: a builtin or C type (a function, a generator), a tensor, a module, an exception."""
+    t = type(obj)
+    if not t.__flags__ & _HEAPTYPE or issubclass(t, _NOT_RECORDS):
+        return None
+    values: list = []
+    shell = sys.getsizeof(obj)
+    try:
+        own = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        own = None
+    except Exception:  # a proxy that answers attributes itself
+        return None
+    if own is not None:
+        if type(own) is not dict:
+            return None
+        values.extend(own.values())
+        shell += sys.getsizeof(own)
+    for cls in t.__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            if name.startswith("__"):  # a private slot, stored under a mangled name
+                return None
+            try:
+                values.append(object.__getattribute__(obj, name))
+            except AttributeError:  # not set yet
+                continue
+    return shell, values
 
 
 def data_size(obj) -> tuple[int, int] | None:
