@@ -3,6 +3,7 @@ to a stronger one: a decode loop with no optimizer calls the model once a token,
 first tracker.step() each call ended a step, so the young steps were spent inside one request."""
 from array import array
 
+import pytest
 import torch
 from torch import nn
 
@@ -69,3 +70,25 @@ def test_a_decode_loop_gets_its_young_steps_after_its_first_request():
     restarts = [a for a, b, level, why in spans if why == "restart"]
     assert restarts == [called + 1], spans
     assert f"{called + 1}-" in str(tracker.report()) and "(restart)" in str(tracker.report())
+
+
+def test_the_parts_of_a_first_iteration_cut_at_each_model_call_are_not_steps_of_the_trend():
+    # a server calls the model 64 times a request batch: until its first tracker.step(), each call
+    # ended a step with 1/64 of a batch's growth, and 60 such rows flattened the fitted slope
+    from memleak.detect.growth import analyze_growth, first_iteration_end
+    from memleak.io import run_from_records
+
+    per_batch = 256 << 10
+    records = [{"type": "header", "schema": 1, "device": "cpu", "level": "full", "host_memory_bytes": 32 << 30},
+               {"type": "event", "event": "boundary", "kind": "forward", "step": 0},
+               {"type": "event", "event": "boundary", "kind": "call", "step": 60}]
+    heap = 64 << 20
+    for step in range(90):
+        heap += per_batch // 64 if step < 60 else per_batch
+        records.append({"type": "step", "step": step, "time": step * 0.01, "duration": 0.01, "heap_bytes": heap})
+    run = run_from_records(records)
+    assert first_iteration_end(run) == 60
+    g = analyze_growth(run, "heap_bytes")
+    assert g.leak and g.slope == pytest.approx(per_batch, rel=0.05) and g.warmup_steps >= 60
+    records[2] = {"type": "event", "event": "boundary", "kind": "optimizer", "step": 60}  # another kind: real steps
+    assert first_iteration_end(run_from_records(records)) == 0
