@@ -4,6 +4,7 @@ import atexit
 import logging
 import signal
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -47,6 +48,41 @@ def test_tensors_given_to_atexit_each_step_are_held_by_the_atexit_callbacks():
     assert report.verdict.value == "leak" and top.location == "atexit callbacks", str(report)
     assert "atexit.unregister" in top.fix and any("registered with atexit" in e for e in top.evidence)
     assert report.run.steps["atexit_callbacks"].diff().dropna().ge(0).all()
+
+
+class _Trial:
+    """A trial's trainer that registers its own close with atexit (composer PR 1769): its model is
+    made in the constructor, outside any tagged op of the user's, so only the callbacks name it."""
+
+    def __init__(self):
+        self.model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+        self.opt = torch.optim.Adam(self.model.parameters())
+        atexit.register(self.close)
+
+    def close(self):
+        pass
+
+
+def test_trainers_kept_by_their_atexit_close_are_named_where_nothing_else_is():
+    trials = []
+
+    def new_trial(step, model):
+        if step % 3 == 0:
+            trial = _Trial()
+            trial.model(torch.randn(8, 64)).sum().backward()
+            trial.opt.step()  # its Adam state, kept with it
+            trials.append(weakref.WeakMethod(trial.close))
+
+    try:
+        report = _report(new_trial, steps=36)
+    finally:
+        for close in trials:
+            if close() is not None:
+                atexit.unregister(close())
+    top = report.suspects[0]
+    assert report.verdict.value == "leak" and top.location == "atexit callbacks", str(report)
+    assert top.kind == "surviving_tensors" and "atexit.unregister" in top.fix
+    assert any("no variable, attribute or container" in e for e in top.evidence)
 
 
 def test_callbacks_registered_once_name_no_holder():

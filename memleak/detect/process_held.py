@@ -20,7 +20,10 @@ from __future__ import annotations
 
 from ..run import Run
 from ..schema import Kind
-from .culprit_table import Entries
+from ..units import fmt_bytes
+from .culprit_table import Entries, entry
+from .growth import analyze_growth
+from .object_holders import host_growth
 
 COLUMN = "atexit_callbacks"
 LOCATION = "atexit callbacks"
@@ -28,6 +31,8 @@ LOCATION = "atexit callbacks"
 #: over (one registered each step or every few steps, not a burst at set-up).
 MIN_ADDED = 3
 MIN_SPAN = 0.5
+#: Confidence of the callbacks as the holder where only their count rose with memory.
+ALONE = 0.7
 
 FIX = (
     "atexit.register(fn, *args) keeps fn and its arguments until the process exits (a bound method keeps "
@@ -75,6 +80,7 @@ def name_held(run: Run, findings: Entries) -> None:
         if f.get("leak") and "per_step" in f["data"] and f["kind"] in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
     ]
     if not held:
+        _held_alone(run, findings, added, span)
         return
     f = findings.pop(held[0])
     for loc in held[1:]:  # each line that made what the callbacks keep: one holder
@@ -88,6 +94,27 @@ def name_held(run: Run, findings: Entries) -> None:
     )
     f.update(kind=Kind.SURVIVING_TENSORS, fix=FIX)
     findings[LOCATION] = f
+
+
+def _held_alone(run: Run, findings: Entries, added: int, span: float) -> None:
+    """The callbacks as the holder where memory grows and nothing else was named: what a bound method
+    keeps (a trainer with its model and optimizer, made anew each trial) was never tagged as made
+    by the user's line, so no survivor check counted it, and no root reaches it."""
+    if any(f.get("leak") for f in findings.values()):
+        return
+    g = analyze_growth(run)
+    if not (g.leak and g.slope > 0):
+        g = host_growth(run, min_rel=None)
+    if g is None or not g.leak:
+        return
+    f = entry(findings, LOCATION, kind=Kind.SURVIVING_TENSORS)
+    f.update(leak=True, confidence=ALONE, bps=g.slope, total=g.slope * max(1, len(run.steps)), fix=FIX)
+    f["evidence"] += [
+        f"{added} callbacks were registered with atexit during the run, over {span:.0%} of its steps, while "
+        f"{g.column} grew by {fmt_bytes(g.slope, signed=True)}/step",
+        "atexit keeps each with its arguments until the process exits (a bound method keeps its object, and all "
+        "that object keeps), where no variable, attribute or container memleak reached holds what grows",
+    ]
 
 
 def _registered(run: Run) -> tuple[int, float]:
