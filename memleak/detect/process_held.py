@@ -102,9 +102,8 @@ def _held_alone(run: Run, findings: Entries, added: int, span: float) -> None:
     by the user's line, so no survivor check counted it, and no root reaches it."""
     if any(f.get("leak") for f in findings.values()):
         return
-    g = analyze_growth(run)
-    if not (g.leak and g.slope > 0):
-        g = host_growth(run, min_rel=None)
+    device = analyze_growth(run)
+    g = device if device.leak and device.slope > 0 else host_growth(run, min_rel=None)
     if g is None or not g.leak:
         return
     f = entry(findings, LOCATION, kind=Kind.SURVIVING_TENSORS)
