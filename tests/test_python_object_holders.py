@@ -211,3 +211,10 @@ def test_objects_that_keep_more_than_plain_attributes_are_left_to_the_walk():
     for obj in (Holder(), fn, lambda: 0, ValueError("x"), torch.zeros(2), torch.nn.Linear(2, 2), torch.nn.Parameter(torch.zeros(2))):
         assert item_size(obj) is None, obj
     assert data_size([Holder()]) is None
+    from collections import OrderedDict, namedtuple
+
+    Step = namedtuple("Step", "step loss")  # its items live in the tuple, not in attributes
+    assert item_size(Step(1, torch.zeros(2))) is None
+    assert item_size(OrderedDict(t=torch.zeros(2))) is None
+    if torch.distributed.is_available():  # a pybind11 object keeps its state in C++ (a Work, the tensor it reduces)
+        assert item_size(torch._C._distributed_c10d.Work()) is None

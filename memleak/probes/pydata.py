@@ -92,6 +92,9 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, no
 #: Classes whose instances are never plain records, whatever their attributes: they keep more than
 #: their attributes (a traceback, a storage) or are code.
 _NOT_RECORDS: tuple[type, ...] = (BaseException, type, torch.Tensor, torch.nn.Module)
+#: C bases a record may have: they keep a value of their own (an IntEnum's), nothing that could hold a tensor.
+_SCALAR_BASES = (object, int, float, complex, str, bytes)
+_POINTER = 8  # bytes: an instance's __dict__ and __weakref__ pointers, and each slot, take one
 
 
 def record_fields(obj) -> tuple[int, list] | None:
@@ -102,6 +105,12 @@ def record_fields(obj) -> tuple[int, list] | None:
     t = type(obj)
     if not t.__flags__ & _HEAPTYPE or issubclass(t, _NOT_RECORDS):
         return None
+    if any(not c.__flags__ & _HEAPTYPE and c not in _SCALAR_BASES for c in t.__mro__):
+        return None  # what a C base keeps is not in its attributes: a namedtuple's items, a dict subclass's
+    slots = [name for c in t.__mro__ for name in _slot_names(c) if name not in ("__dict__", "__weakref__")]
+    c_base = max(c.__basicsize__ for c in t.__mro__ if not c.__flags__ & _HEAPTYPE)
+    if t.__basicsize__ > c_base + _POINTER * (2 + len(slots)):
+        return None  # a C++ object behind a class made at run time (pybind11's: a c10d Work, its tensors)
     values: list = []
     shell = sys.getsizeof(obj)
     try:
@@ -115,18 +124,19 @@ def record_fields(obj) -> tuple[int, list] | None:
             return None
         values.extend(own.values())
         shell += sys.getsizeof(own)
-    for cls in t.__mro__:
-        slots = cls.__dict__.get("__slots__", ())
-        for name in (slots,) if isinstance(slots, str) else slots:
-            if name in ("__dict__", "__weakref__"):
-                continue
-            if name.startswith("__"):  # a private slot, stored under a mangled name
-                return None
-            try:
-                values.append(object.__getattribute__(obj, name))
-            except AttributeError:  # not set yet
-                continue
+    for name in slots:
+        if name.startswith("__"):  # a private slot, stored under a mangled name
+            return None
+        try:
+            values.append(object.__getattribute__(obj, name))
+        except AttributeError:  # not set yet
+            continue
     return shell, values
+
+
+def _slot_names(cls: type) -> tuple[str, ...]:
+    slots = cls.__dict__.get("__slots__", ())
+    return (slots,) if isinstance(slots, str) else tuple(slots)
 
 
 def data_size(obj) -> tuple[int, int] | None:
