@@ -49,8 +49,8 @@ def run(tracker_factory, steps=30):
     try:
         with tracker_factory(model) as tracker:
             for step in range(steps):
-                ids = torch.randint(0, VOCAB, (48, 24), generator=g)
-                offsets = torch.arange(0, 48 * 24, 24)
+                ids = torch.randint(0, VOCAB, (96, 24), generator=g)
+                offsets = torch.arange(0, 96 * 24, 24)
                 with torch.inference_mode():
                     labels = model(ids.flatten(), offsets).argmax(-1).tolist()
                 for r, (row, label) in enumerate(zip(ids.tolist(), labels)):
