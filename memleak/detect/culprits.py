@@ -63,7 +63,7 @@ def detect(run: Run) -> list[Finding]:
     module_evidence(run.module_records, findings)
     object_findings(run, holders, hkinds, findings)  # Python data, once the tensors' causes are known
     site_findings(run, holders, findings)  # lines whose allocations grow where no holder was named
-    process_held.name_held(run, findings)
+    process_held.name_held(run, findings, hkinds)
     process_held.registry_fixes(findings)
     _spare_bounded(holders, findings, run.capacity_bytes())
     if run.meta.get("gc_enabled") is False:

@@ -48,6 +48,7 @@ _WHERE = {
     "optimizer_state": "the optimizers' state in",
     "optimizer_orphans": "the replaced parameters' state in",
     "optimizer_graph": "the graphs the optimizer's state carries in",
+    "outside": "what is kept from outside Python by",
     "jit": "TorchScript's compilation unit, filled by",
     "thread": "the running",
 }

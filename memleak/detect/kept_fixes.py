@@ -31,6 +31,13 @@ _KIND_FIXES = {
         "gradients: when replacing parameters, `del opt.state[p]` for each old one (or use "
         "`add_param_group` for new layers and rebuild the optimizer over the current parameters)."
     ),
+    "outside": (
+        "`{holder}` is kept alive from outside Python's view: no variable, attribute or container refers to "
+        "it, but C++ code or the interpreter holds it (a callback handed to a C++ object, such as a DDP comm "
+        "hook or an autograd hook, or one registered with atexit), and with it every model or tensor it "
+        "captured. Each copy made (a fold, a trial) stays: unregister it when done, or let it hold a "
+        "`weakref.ref` to what it needs instead of the object itself{grad}."
+    ),
     "optimizer_graph": (
         "`{holder}` holds state tensors (Adam's exp_avg/exp_avg_sq) that carry autograd graphs: the optimizer's "
         "`step` runs with grad enabled on gradients that carry a graph (`backward(create_graph=True)`), so each "

@@ -68,16 +68,19 @@ def registry_fixes(findings: Entries) -> None:
             f["fix"] = WARNINGS_FIX
 
 
-def name_held(run: Run, findings: Entries) -> None:
-    """Name the callbacks as the holder of the leaking tensors no name held, where they rose."""
+def name_held(run: Run, findings: Entries, hkinds: dict[str, str]) -> None:
+    """Name the callbacks as the holder of the leaking tensors no name held, where they rose: those
+    the survivor checks found (survivors.py's `per_step`), or a holder kept from outside Python's
+    view (probes/outside_held.py: the bound method atexit keeps, found by its referrers)."""
     added, span = _registered(run)
     if added < MIN_ADDED or span < MIN_SPAN:
         return
     held = [
         loc
         for loc, f in findings.items()
-        # survivors.py's `per_step`: held by no name the walk reached
-        if f.get("leak") and "per_step" in f["data"] and f["kind"] in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
+        if f.get("leak")
+        and f["kind"] in (Kind.SURVIVING_TENSORS, Kind.CACHED_TENSOR)
+        and ("per_step" in f["data"] or hkinds.get(loc) == "outside")
     ]
     if not held:
         _held_alone(run, findings, added, span)

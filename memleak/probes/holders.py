@@ -25,7 +25,7 @@ import sys
 import threading
 import types
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..records import HoldersRecord
 from . import reach
@@ -42,6 +42,8 @@ from .holder_stats import HolderStats
 from .identity import Ages, Modules, model_modules, module_names
 from .jit_traces import add_traced
 from .local_aliases import user_instance
+from .outside_held import NOTE as OUTSIDE_NOTE
+from .outside_held import OutsideHeld, fold_outside
 from .process_roots import add_process_roots
 from .reach import closure_items
 from .stores import find_store, source_regions
@@ -78,11 +80,14 @@ def walk_roots(
     modules_since: int | None = None,
     modules: Modules | None = None,
     thread_held: ThreadHeld | None = None,
+    outside: OutsideHeld | None = None,
+    growing: bool = False,
 ) -> Walk:
     """Walk from the frames' locals, their globals, and the model tree (and, with frames, the
     functions torch.jit.trace made after the first `traces_since`, and the user's modules imported
     after the first `modules_since` of sys.modules). `modules`: the model's, when the caller has
-    them already. `thread_held`: the run's scans for what other threads keep, when one is due."""
+    them already. `thread_held`: the run's scans for what other threads keep, when one is due;
+    `outside`: for models kept from outside Python's view, while memory is `growing`."""
     mods = model_modules(model) if modules is None else modules
     classes = list(dict.fromkeys(type(m) for _, m in mods))  # where the model's code and globals are
     w = Walk(
@@ -117,16 +122,16 @@ def walk_roots(
         add_process_roots(w, modules_since)
         add_traced(w, traces_since)
     try:
-        _run(w, later, thread_held)
+        _run(w, later, thread_held, (outside, growing) if outside is not None else None)
     finally:
         release_snapshots(snapshots, w.snapshots)
         w.snapshots = []
     return w
 
 
-def _run(w: Walk, later: list[tuple], thread_held: ThreadHeld | None) -> None:
+def _run(w: Walk, later: list[tuple], thread_held: ThreadHeld | None, outside: tuple[OutsideHeld, bool] | None) -> None:
     """Walk the roots queued, then the loop variables (`later`), then what other threads keep
-    (when a scan is due), and total the holders."""
+    (when a scan is due), then what is kept from outside Python's view, and total the holders."""
     w.run(finish=False)
     for root in later:
         w.add_root(*root)
@@ -139,7 +144,29 @@ def _run(w: Walk, later: list[tuple], thread_held: ThreadHeld | None) -> None:
             found = []
         for container, name in found:
             w.add_root(container, name, "local", _THREAD_NOTE)
+    added = _add_outside(w, *outside) if outside is not None else []
     w.run()
+    fold_outside(w, added)
+
+
+def _add_outside(w: Walk, outside: OutsideHeld, growing: bool) -> list[tuple[Any, str]]:
+    """Queue the holders found before of parameters no root reaches; then, on a scan, look for
+    more among those still unreached (outside_held.py). The holders queued."""
+    added = outside.followed_roots()
+    for obj, name in added:
+        w.add_root(obj, name, "outside", OUTSIDE_NOTE)
+    if outside.scan_due(w.step, growing):
+        w.run(finish=False)  # what the holders found before keep is reached: the scan looks past it
+        try:
+            # what the walk did not reach for want of budget is no sign of anything
+            found = [] if w.truncated else outside.scan(w.step, w.visited, w.exclude)
+        except Exception:  # a strange object met in the scan: no more scans, the walk stands
+            outside.give_up()
+            found = []
+        for obj, name in found:
+            w.add_root(obj, name, "outside", OUTSIDE_NOTE)
+        added += found
+    return added
 
 
 def holders_record(

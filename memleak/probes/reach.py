@@ -32,7 +32,7 @@ from .frames import is_internal
 
 #: Optimizer attributes that are its legitimate, bounded structures (or hook registries).
 _OPTIMIZER_OWN = frozenset({"state", "param_groups", "defaults"})
-_CLOSURE_MARK = " (closure of "
+CLOSURE_MARK = " (closure of "
 _GENERATOR_MARK = " (local of generator "
 _COROUTINE_MARK = " (local of coroutine "
 _CO_GENERATOR, _CO_COROUTINE = 0x20, 0x80
@@ -54,7 +54,7 @@ def owner_of(fn: Any) -> str:
 
 def closure_holder(fn: Any, var: str) -> str:
     """Holder name of a closure variable: ``var (closure of outer.<locals>.inner)``."""
-    return f"{var}{_CLOSURE_MARK}{qualname(fn)})"
+    return f"{var}{CLOSURE_MARK}{qualname(fn)})"
 
 
 def closure_note(fn: Any, var: str, reached_as: str | None = None) -> str:
@@ -65,7 +65,7 @@ def closure_note(fn: Any, var: str, reached_as: str | None = None) -> str:
 def suffix(holder: str | None) -> str:
     """The owner suffix of a holder name (kept when the name is extended by attributes)."""
     if holder and holder.endswith(")"):
-        for mark in (_CLOSURE_MARK, _GENERATOR_MARK, _COROUTINE_MARK):
+        for mark in (CLOSURE_MARK, _GENERATOR_MARK, _COROUTINE_MARK):
             if mark in holder:
                 return holder[holder.index(mark) :]
     return ""

@@ -49,6 +49,7 @@ from .holders import holders_record, walk_roots
 from .identity import Ages, excluded_ids, is_compiled, model_modules, tensor_nbytes
 from .jit_traces import traced_functions
 from .optimizer_params import StartParams
+from .outside_held import OutsideHeld
 from .referrers import name_by_referrers
 from .survivors import Survivors, birth_cohorts, cohorts_per_site, group_births, name_site, saved_cohorts
 from .tagging import MAX_TAGS, Box, Tagging, saved_view_of, stacks_empty, sweep
@@ -88,6 +89,7 @@ class TensorProbe(Probe):
         self.modules_at_start = len(sys.modules)  # those imported later are walked (process_roots.py)
         self.ages = Ages()
         self.thread_held = ThreadHeld()  # what other threads make and keep (thread_held.py)
+        self.outside = OutsideHeld()  # models kept from outside Python's view (outside_held.py)
         self.births: dict[int, tuple[Any, int, str]] = {}  # id -> (weakref, step, site)
         self.saved: list[tuple] = []  # (weakref to the box, step, storage ptr, bytes, site)
         self.view_boxes: list[Any] = []  # the weakrefs of `saved` whose box holds a saved view (Box.of)
@@ -289,6 +291,8 @@ class TensorProbe(Probe):
             modules_since=self.modules_at_start,
             modules=modules,
             thread_held=self.thread_held,
+            outside=self.outside,
+            growing=bool(self.window) or self.ctx.level == Level.FULL,
         )
         del frames
         walk_seconds = time.perf_counter() - t0

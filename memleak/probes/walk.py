@@ -371,7 +371,11 @@ class Walk(HolderTally, HookWalk):
                 if b.grad_fn is not None:  # a running statistic updated with grad: it carries its graph
                     self.push(b, p, child_holder(holder, path, k), kind, weight, note)
         if name is None:
-            # a module outside the tracked model (in a list, a variable): its parameters are its holder's
+            # a module outside the tracked model (in a list, a variable): its parameters and buffers
+            # are its holder's (a cache of resamplers, one per rate, each with its kernel as a buffer)
+            for k, b in d.get("_buffers", {}).items():
+                if b is not None and b.grad_fn is None:  # one with a graph is pushed above
+                    self.push(b, f"{path}.{k}" if path else k, child_holder(holder, path, k), kind, weight, note)
             for k, prm in d.get("_parameters", {}).items():
                 if prm is not None:
                     p, h = f"{path}.{k}" if path else k, child_holder(holder, path, k)

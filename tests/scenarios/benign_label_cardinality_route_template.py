@@ -59,7 +59,7 @@ def run(tracker_factory, steps=60):
     request_latency = Histogram("request_latency_seconds", ("route", "model", "status"))
     with tracker_factory(model) as tracker:
         for step in range(steps):
-            for r in range(64):
+            for r in range(128):  # a batch of requests a step
                 x = torch.randn(4, 32, generator=g)
                 t0 = time.perf_counter()
                 with torch.inference_mode():
