@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import collections
 import gc
+import math
 import re
 import sys
+import time
 import types
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -48,6 +50,9 @@ MIN_BYTES = 256 << 10
 #: Levels of referrers climbed at most, from a parameter to the outermost object, and objects met.
 DEPTH = 24
 WIDTH = 2000
+#: A scan's climbs stop after this long (each level is two passes over every tracked object:
+#: 10-20 ms each in a training process).
+SCAN_SECONDS = 0.5
 NOTE = (
     "kept from outside Python's view (a callback C++ holds, such as a DDP comm hook, or the interpreter's "
     "atexit list): no variable, attribute or container refers to it"
@@ -97,8 +102,9 @@ class OutsideHeld:
         # parameters lie together, and a climb from a second one of them stops where the first went
         newest = params[::-1][:: max(1, len(params) // (2 * MAX_CLIMBS))][:MAX_CLIMBS]
         ours = {id(params), id(found), id(newest)}  # this scan's own lists refer to what they hold
+        deadline = time.perf_counter() + SCAN_SECONDS
         for i in range(len(newest)):  # by index: a list iterator would refer to them too
-            top = _outermost(newest[i], climbed, ours)
+            top = _outermost(newest[i], climbed, ours, deadline)
             if top is None:
                 continue
             name = _name(top)
@@ -130,19 +136,21 @@ def _nbytes(t: torch.Tensor) -> int:
         return 0
 
 
-def _outermost(obj: Any, climbed: set[int], ours: set[int]) -> Any:
+def _outermost(obj: Any, climbed: set[int], ours: set[int], deadline: float = math.inf) -> Any:
     """An object above `obj` (by `gc.get_referrers`, level by level: one pass over the tracked
     objects a level) that something the collector does not track refers to (C++, the interpreter):
     more references than the tracked objects that refer to it account for. The user's function or
     method among those, else the first. None where the climb meets one climbed before (the same
     holder), a module's globals or a running function's frame (roots), finds only a reference cycle
     that nothing outside keeps (garbage the collector will free), or goes past DEPTH levels or
-    WIDTH objects. `ours`: the scan's own lists, which refer to what they hold."""
+    WIDTH objects, or past `deadline`. `ours`: the scan's own lists, which refer to what they hold."""
     ours = {*ours}
     seen = {id(obj)}
     frontier = [obj]
     ours.update((id(seen), id(frontier)))
     for level in range(DEPTH):
+        if time.perf_counter() > deadline:
+            return None
         if level:  # a parameter's own references (its module's dict, autograd's) are not the question
             tops = [o for o, outside in zip(frontier, _held_outside(frontier), strict=True) if outside]
             if tops:
