@@ -389,3 +389,37 @@ def test_a_script_with_a_model_runs_its_backward_passes_unwrapped_once_tracking_
     result = memleak_in_process("run", "--out", tmp_path / "out", script)
     assert result.returncode == 0, result.stderr
     assert "torch's own" in result.stdout, result.stdout
+
+
+def test_what_the_script_s_globals_hold_outlives_the_script_until_the_run_ends(tmp_path):
+    # a hand-written optimizer without no_grad after a create_graph backward chains its state; the
+    # parameter-gradient cycle makes it all cyclic garbage once the script's globals go: the run's
+    # last collection must not read the script's own end as garbage given back ("not a leak")
+    script = write(tmp_path, """
+        import torch
+        from torch import nn
+
+
+        class Momentum(torch.optim.Optimizer):
+            def __init__(self, params):
+                super().__init__(params, {"lr": 0.01})
+
+            def step(self):
+                for p in self.param_groups[0]["params"]:
+                    st = self.state[p]
+                    st["buf"] = st.get("buf", torch.zeros_like(p.data))
+                    st["buf"].mul_(0.9).add_(p.grad)
+                    p.data.add_(st["buf"].data, alpha=-0.01)
+
+
+        model = nn.Sequential(nn.Linear(128, 256), nn.Tanh(), nn.Linear(256, 10))
+        opt = Momentum(model.parameters())
+        for step in range(80):
+            loss = nn.functional.cross_entropy(model(torch.randn(64, 128)), torch.randint(0, 10, (64,)))
+            opt.zero_grad()
+            loss.backward(create_graph=True)
+            opt.step()
+    """)
+    result = memleak_in_process("run", "--out", tmp_path / "run", script)
+    assert "verdict: LEAK: retained_graph at opt.state" in result.stdout, result.stdout
+    assert "cyclic garbage" not in result.stdout, result.stdout

@@ -261,18 +261,24 @@ def _has_parameters(module) -> bool:
     return next(iter(module.parameters()), None) is not None
 
 
-def run_target(target: str, args: list[str], as_module: bool = False) -> tuple[int, BaseException | None]:
+def run_target(
+    target: str, args: list[str], as_module: bool = False, keep: list | None = None
+) -> tuple[int, BaseException | None]:
     """Run a script or module as `python` would. Returns its exit status and the exception it
-    ended with, if any (its traceback is printed, as Python would). KeyboardInterrupt propagates."""
+    ended with, if any (its traceback is printed, as Python would). KeyboardInterrupt propagates.
+    `keep`: gets the script's globals when it ends, so that what they hold outlives the script
+    until the tracker closes (its last collection must not count the script's own end as garbage)."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     try:
         sys.argv = [target, *args]  # with -m, runpy puts the module's file name in argv[0]
         if as_module:
             sys.path.insert(0, os.getcwd())
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
+            namespace = runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
             sys.path.insert(0, str(Path(target).resolve().parent))
-            runpy.run_path(target, run_name="__main__")
+            namespace = runpy.run_path(target, run_name="__main__")
+        if keep is not None:
+            keep.append(namespace)
         return 0, None
     except SystemExit as e:
         if e.code is None:
@@ -324,12 +330,14 @@ def main(args: argparse.Namespace) -> int:
     session = ZeroCodeSession(args.out, level=args.level, **options)
     session.install()
     status, failure, error = 0, None, None
+    script_globals: list = []
     try:
-        status, failure = run_target(target, list(args.args), args.as_module)
+        status, failure = run_target(target, list(args.args), args.as_module, keep=script_globals)
     except BaseException as e:  # KeyboardInterrupt: still close and report what was recorded
         error = e
     finally:
         session.close(error or failure)  # an OOM is recorded in the run
+        script_globals.clear()
     sys.stdout.flush()
     name = f"-m {target}" if args.as_module else target
     if session.start_error is not None:
