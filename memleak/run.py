@@ -11,7 +11,7 @@ import pandas as pd
 from .collector import collector_paused
 from .errors import UsageError
 from .records import BirthsRecord, HoldersRecord, ModulesRecord, SavedRecord
-from .schema import CHECK_EVENT, DETAIL_EVENT, HOST_COLUMNS, MEMORY_COLUMNS, OWN_COLUMN, Level, RecordType
+from .schema import CHECK_EVENT, DETAIL_EVENT, HOST_COLUMNS, MEMORY_COLUMNS, OWN_COLUMN, Boundary, Level, RecordType
 from .units import ranks_text
 
 T = TypeVar("T")
@@ -24,6 +24,21 @@ def step_axis(steps: pd.DataFrame) -> np.ndarray:
         if np.isfinite(s).all():
             return s
     return np.arange(len(steps), dtype=float)
+
+
+def first_iteration_end(run: Any) -> float:
+    """The step that ended the loop's first iteration where the steps before it were parts of it:
+    iterations were ended at each call of the model (or backward pass) until the loop's first
+    ``tracker.step()`` (a server that calls the model 64 times a request batch), which ended it. 0
+    otherwise. Those parts would read as steps, with a fraction of a step's growth each."""
+    kinds = [(e.get("kind"), e.get("step")) for e in run.events if e.get("event") == "boundary"][:2]
+    if len(kinds) == 2 and kinds[0][0] in PARTS and kinds[1][0] == Boundary.CALL.value:
+        return float(kinds[1][1] or 0)
+    return 0.0
+
+
+#: Boundaries weaker than the loop's own that may cut its first iteration into parts.
+PARTS = (Boundary.FORWARD.value, Boundary.BACKWARD.value)
 
 
 def own_adjusted(steps: pd.DataFrame, column: str, y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:

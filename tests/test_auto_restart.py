@@ -75,8 +75,9 @@ def test_a_decode_loop_gets_its_young_steps_after_its_first_request():
 def test_the_parts_of_a_first_iteration_cut_at_each_model_call_are_not_steps_of_the_trend():
     # a server calls the model 64 times a request batch: until its first tracker.step(), each call
     # ended a step with 1/64 of a batch's growth, and 60 such rows flattened the fitted slope
-    from memleak.detect.growth import analyze_growth, first_iteration_end
+    from memleak.detect.growth import analyze_growth
     from memleak.io import run_from_records
+    from memleak.run import first_iteration_end
 
     per_batch = 256 << 10
     records = [{"type": "header", "schema": 1, "device": "cpu", "level": "full", "host_memory_bytes": 32 << 30},

@@ -59,15 +59,16 @@ def test_a_reference_cycle_the_collector_will_free_and_a_module_global_are_not_o
         del _KEPT
 
 
-def _walk(step, outside, growing=True):
+def _walk(step, outside):
     model = nn.Linear(2, 2)
     exclude, _ = excluded_ids(model, None)  # the run's own
     return walk_roots(step=step, model=model, optimizer=None, ages=Ages(), exclude=exclude, frames=[],
-                      outside=outside, growing=growing)
+                      outside=outside)
 
 
 def test_a_scan_notes_what_is_unreached_first_then_follows_new_holders():
     outside = outside_held.OutsideHeld()
+    outside.growing = True
     old = _param_of_trial_kept_by_atexit()  # unreached before the first scan: another loop's leftover
     ids = [id(old)]
     del old
@@ -90,8 +91,9 @@ def test_a_scan_notes_what_is_unreached_first_then_follows_new_holders():
 
 def test_no_scan_while_memory_is_flat_and_nothing_was_found():
     outside = outside_held.OutsideHeld()
-    assert not outside.scan_due(10, growing=False)
-    assert outside.scan_due(10, growing=True)
+    assert not outside.scan_due(10)
+    outside.growing = True
+    assert outside.scan_due(10)
 
 
 @pytest.mark.parametrize("level", ["full"])

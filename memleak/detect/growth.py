@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..run import HOST_COLUMNS, Run, own_adjusted, step_axis
-from ..schema import ALLOC_SITES_EVENT, NO_STEPS, Boundary, Finding, Kind, Shape, to_jsonable
+from ..run import HOST_COLUMNS, Run, first_iteration_end, own_adjusted, step_axis
+from ..schema import ALLOC_SITES_EVENT, NO_STEPS, Finding, Kind, Shape, to_jsonable
 from ..units import fmt_bytes
 from .garbage import collected
 from .growth_shape import MIN_POINTS, Verdict, classify, label_warmup, warmup_length
@@ -224,21 +224,6 @@ def memory_series(run: Run, column: str | None):
     rows = np.flatnonzero(keep)
     # memleak's own bookkeeping bytes on the heap are not the user's (detect/lifetimes.py)
     return rows, x[keep], own_adjusted(steps, column, y[keep], rows)
-
-
-def first_iteration_end(run: Run) -> float:
-    """The step that ended the loop's first iteration where the steps before it were parts of it:
-    iterations were ended at each call of the model (or backward pass) until the loop's first
-    ``tracker.step()`` (a server that calls the model 64 times a request batch), which ended it. 0
-    otherwise. Those parts would read as steps, with a fraction of a step's growth each."""
-    kinds = [(e.get("kind"), e.get("step")) for e in run.events if e.get("event") == "boundary"][:2]
-    if len(kinds) == 2 and kinds[0][0] in PARTS and kinds[1][0] == Boundary.CALL.value:
-        return float(kinds[1][1] or 0)
-    return 0.0
-
-
-#: Boundaries weaker than the loop's own that may cut its first iteration into parts.
-PARTS = (Boundary.FORWARD.value, Boundary.BACKWARD.value)
 
 
 def _capacity(run: Run, column: str | None) -> float | None:

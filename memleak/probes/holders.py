@@ -81,13 +81,11 @@ def walk_roots(
     modules: Modules | None = None,
     thread_held: ThreadHeld | None = None,
     outside: OutsideHeld | None = None,
-    growing: bool = False,
 ) -> Walk:
-    """Walk from the frames' locals, their globals, and the model tree (and, with frames, the
-    functions torch.jit.trace made after the first `traces_since`, and the user's modules imported
-    after the first `modules_since` of sys.modules). `modules`: the model's, when the caller has
-    them already. `thread_held`: the run's scans for what other threads keep, when one is due;
-    `outside`: for models kept from outside Python's view, while memory is `growing`."""
+    """Walk from the frames' locals, their globals, and the model tree (with frames: torch.jit.trace's
+    functions since the first `traces_since`, the user's modules since the first `modules_since` of
+    sys.modules). `modules`: the model's, if known. `thread_held`, `outside`: the run's scans for
+    what other threads keep, and for models kept from outside Python's view."""
     mods = model_modules(model) if modules is None else modules
     classes = list(dict.fromkeys(type(m) for _, m in mods))  # where the model's code and globals are
     w = Walk(
@@ -101,8 +99,7 @@ def walk_roots(
         prev_roots=prev_roots,
     )
     w.regions = source_regions(frames, classes)
-    if model is not None:
-        w.visited.add(id(model))  # walked below as the model tree, with module paths
+    w.visited.update([id(model)] if model is not None else [])  # walked below as the model tree, with module paths
     later: list[tuple] = []  # loop variables: named by the container they came from where it is reached
     snapshots, module_loops = _add_frame_locals(w, frames, later)
     globals_list = user_globals(frames, classes)
@@ -122,14 +119,14 @@ def walk_roots(
         add_process_roots(w, modules_since)
         add_traced(w, traces_since)
     try:
-        _run(w, later, thread_held, (outside, growing) if outside is not None else None)
+        _run(w, later, thread_held, outside)
     finally:
         release_snapshots(snapshots, w.snapshots)
         w.snapshots = []
     return w
 
 
-def _run(w: Walk, later: list[tuple], thread_held: ThreadHeld | None, outside: tuple[OutsideHeld, bool] | None) -> None:
+def _run(w: Walk, later: list[tuple], thread_held: ThreadHeld | None, outside: OutsideHeld | None) -> None:
     """Walk the roots queued, then the loop variables (`later`), then what other threads keep
     (when a scan is due), then what is kept from outside Python's view, and total the holders."""
     w.run(finish=False)
@@ -144,18 +141,18 @@ def _run(w: Walk, later: list[tuple], thread_held: ThreadHeld | None, outside: t
             found = []
         for container, name in found:
             w.add_root(container, name, "local", _THREAD_NOTE)
-    added = _add_outside(w, *outside) if outside is not None else []
+    added = _add_outside(w, outside) if outside is not None else []
     w.run()
     fold_outside(w, added)
 
 
-def _add_outside(w: Walk, outside: OutsideHeld, growing: bool) -> list[tuple[Any, str]]:
+def _add_outside(w: Walk, outside: OutsideHeld) -> list[tuple[Any, str]]:
     """Queue the holders found before of parameters no root reaches; then, on a scan, look for
     more among those still unreached (outside_held.py). The holders queued."""
     added = outside.followed_roots()
     for obj, name in added:
         w.add_root(obj, name, "outside", OUTSIDE_NOTE)
-    if outside.scan_due(w.step, growing):
+    if outside.scan_due(w.step):
         w.run(finish=False)  # what the holders found before keep is reached: the scan looks past it
         try:
             # what the walk did not reach for want of budget is no sign of anything

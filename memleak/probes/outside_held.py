@@ -67,17 +67,18 @@ class OutsideHeld:
         self.last_scan = -SCAN_GAP
         self.followed: list[tuple[str, weakref.ref]] = []
         self.before: dict[int, weakref.ref] | None = None  # the unreached parameters at the first scan
+        self.growing = False  # memory grows (set before each walk: a window of level auto, level full)
 
     def give_up(self) -> None:
         self.misses, self.followed = MAX_MISSES, []
 
-    def scan_due(self, step: int, growing: bool) -> bool:
+    def scan_due(self, step: int) -> bool:
         """While memory grows or once a holder was found, every SCAN_GAP steps early and an eighth
         of the run later (a long run scans some forty times at most), until MAX_MISSES scans in a
         row found nothing."""
         gap = max(SCAN_GAP, step // 8)
         # once a holder is found, at every walk it is due at (a check of level auto's too)
-        return (growing or bool(self.followed)) and self.misses < MAX_MISSES and step - self.last_scan >= gap
+        return (self.growing or bool(self.followed)) and self.misses < MAX_MISSES and step - self.last_scan >= gap
 
     def followed_roots(self) -> list[tuple[Any, str]]:
         """(object, name) of the outermost holders found so far that are still alive."""

@@ -276,6 +276,7 @@ class TensorProbe(Probe):
             self.loop_frame = next((f for f in here if f in self.frames), None)
             self.frames = here
         t0 = time.perf_counter()
+        self.outside.growing = bool(self.window) or self.ctx.level == Level.FULL
         # prev_roots: a holder whose graph is built on what it held at the last deep step carries
         # the chain from step to step (graphs.py)
         walk = walk_roots(
@@ -292,7 +293,6 @@ class TensorProbe(Probe):
             modules=modules,
             thread_held=self.thread_held,
             outside=self.outside,
-            growing=bool(self.window) or self.ctx.level == Level.FULL,
         )
         del frames
         walk_seconds = time.perf_counter() - t0

@@ -371,16 +371,12 @@ class Walk(HolderTally, HookWalk):
                 if b.grad_fn is not None:  # a running statistic updated with grad: it carries its graph
                     self.push(b, p, child_holder(holder, path, k), kind, weight, note)
         if name is None:
-            # a module outside the tracked model (in a list, a variable): its parameters and buffers
-            # are its holder's (a cache of resamplers, one per rate, each with its kernel as a buffer)
-            for k, b in d.get("_buffers", {}).items():
-                if b is not None and b.grad_fn is None:  # one with a graph is pushed above
-                    self.push(b, f"{path}.{k}" if path else k, child_holder(holder, path, k), kind, weight, note)
-            for k, prm in d.get("_parameters", {}).items():
+            # outside the tracked model (in a list, a cache): its parameters and buffers are its holder's
+            for k, prm in [*d.get("_parameters", {}).items(), *d.get("_buffers", {}).items()]:
                 if prm is not None:
                     p, h = f"{path}.{k}" if path else k, child_holder(holder, path, k)
                     self.push(prm, p, h, kind, weight, note)
-                    if prm.grad is not None:  # its gradient is kept with it
+                    if prm.grad_fn is None and prm.grad is not None:  # its gradient is kept with it
                         self.push(prm.grad, p, h, kind, weight, note)
         where = path or type(mod).__name__
         for hk in HOOK_DICTS:
