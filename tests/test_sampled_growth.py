@@ -187,16 +187,6 @@ def test_a_staircase_that_fills_early_or_falls_back_is_no_growth():
     assert sustained_rise(steps, sparse, 2) is None
 
 
-def test_a_rise_that_spans_two_stairs_between_samples_counts_as_two():
-    """Gradients kept every 30 steps (wandb #2644), sampled by level auto's checks at 11, 23, 47,
-    95: 6, 6, 12, 24 tensors. Two saves fell between 47 and 95: a staircase of three stairs, and
-    its flat end shorter than two of its treads is no plateau."""
-    steps = [1, 3, 7, 11, 23, 47, 48, 50, 52, 54, 56, 95, 115, 117, 119]  # as a 120-step run at auto sampled it
-    counts = [6, 6, 6, 6, 6, 12, 12, 12, 12, 12, 12, 24, 24, 24, 24]
-    assert sustained_rise(steps, counts, 2) is not None
-    assert sustained_rise(steps, counts[:11] + [18, 18, 18, 18], 2) is None  # two stairs: no staircase
-
-
 def test_a_flat_stretch_shorter_than_two_treads_is_the_next_tread_not_a_plateau():
     """Bytes gained 256 KiB every 10 steps, three times: the last 8 steps without a rise are a
     tread (the rate-based rule alone reads them as a full cache); 70 flat steps are a plateau."""

@@ -38,8 +38,6 @@ MIN_STAIRS = 3
 #: ...and gained this share of its rise in the later half of its span at least (a cache filling
 #: at the start gains nothing there, a set of shapes seen gains ever less).
 STAIR_LATE_SHARE = 0.3
-#: Stairs one rise between two samples counts for at most (a sampling gap that spans several).
-MAX_STAIRS_A_RISE = 4
 #: A flat stretch at the end of a staircase is a tread, not a plateau, while it is shorter than
 #: this many of its treads (the median steps between two rises).
 STAIR_TREADS = 2.0
@@ -94,7 +92,7 @@ def sustained_rise(steps: list[int], values: list[float], min_rise: float, rel_r
     d = np.diff(tail)
     m = len(tail)
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
-    stairs = staircase(x[start:], tail, neg)
+    stairs = staircase(x[start:], tail, pos, neg)
     if not stairs and (pos < max(2, 0.5 * (m - 1)) or neg > 0.25 * (m - 1)):
         return None
     mid = m // 2
@@ -143,38 +141,25 @@ def refills_level(values, min_rise: float) -> bool:
     return raised < max(min_rise, LOW_RISE_SHARE * float(np.median(swings)))
 
 
-def staircase(x: np.ndarray, v: np.ndarray, neg: int) -> bool:
-    """Whether the series grows by steps: it never falls, rose by ``MIN_STAIRS`` stairs or more
+def staircase(x: np.ndarray, v: np.ndarray, pos: int, neg: int) -> bool:
+    """Whether the series grows by steps: it never falls, rose on ``MIN_STAIRS`` samples or more
     with flat treads between (the samples come more often than what is kept), and gained
     ``STAIR_LATE_SHARE`` of its rise in the later half of its span (the rises are spread over the
     run, not a cache filled at the start). A loss kept with its graph every log interval."""
-    if neg or stair_count(v) < MIN_STAIRS:
+    if neg or pos < MIN_STAIRS:
         return False
     late = v[-1] - v[int(np.searchsorted(x, (x[0] + x[-1]) / 2, side="right")) - 1]
     return bool(late >= STAIR_LATE_SHARE * (v[-1] - v[0]))
 
 
-def stair_count(v: np.ndarray) -> int:
-    """Rises of a series, each counted in units of its smallest one (up to MAX_STAIRS_A_RISE): two
-    stairs between two samples (a save every 30 steps, sampled at steps 47 and 95) are two."""
-    d = np.diff(v)
-    up = d[d > 0]
-    if not len(up):
-        return 0
-    return int(np.clip(np.round(up / up.min()), 1, MAX_STAIRS_A_RISE).sum())
-
-
 def _tread(x: np.ndarray, v: np.ndarray) -> float:
-    """The median steps between two stairs of a series that never falls and stayed flat on half
-    its samples or more (a rise of several stairs, `stair_count`, spreads its interval over them;
-    0: fewer than ``MIN_STAIRS`` stairs, a fall, or no treads)."""
+    """The median steps between two rises of a series that never falls and stayed flat on half
+    its samples or more (0: fewer than ``MIN_STAIRS`` rises, a fall, or no treads)."""
     d = np.diff(v)
-    rose = d > 0
-    up = x[1:][rose]
-    if (d < 0).any() or stair_count(v) < MIN_STAIRS or len(up) < 2 or len(up) > 0.5 * len(d):
+    up = x[1:][d > 0]
+    if (d < 0).any() or len(up) < MIN_STAIRS or len(up) > 0.5 * len(d):
         return 0.0
-    units = np.clip(np.round(d[rose] / d[rose].min()), 1, MAX_STAIRS_A_RISE)
-    return float(np.median(np.diff(up) / units[1:]))
+    return float(np.median(np.diff(up)))
 
 
 def _theil(x: np.ndarray, v: np.ndarray) -> float:
