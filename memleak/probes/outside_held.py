@@ -7,7 +7,7 @@ the wrapper itself holds: pytorch#63211), or the interpreter does (``atexit``). 
 are made inside torch's constructors, where the creation-site mode tags nothing, so no survivor
 check counts them either.
 
-While memory grows (a window of level auto; level full), a few deep steps a run list the live
+While memory grows (a growth window of level auto), a few deep steps a run list the live
 parameters (`census.live_tensors`, one pass over what the collector tracks) that are neither the
 run's own nor reached by the walk, nor unreached at the first such list (what the process held
 before: another loop's leftovers), and climb ``gc.get_referrers`` from one of them to the outermost
@@ -50,9 +50,9 @@ MIN_BYTES = 256 << 10
 #: Levels of referrers climbed at most, from a parameter to the outermost object, and objects met.
 DEPTH = 24
 WIDTH = 2000
-#: A scan's climbs stop after this long (each level is two passes over every tracked object:
-#: 10-20 ms each in a training process).
-SCAN_SECONDS = 0.5
+#: A scan's climbs stop after this long (each level is a pass over every tracked object: 10-20 ms
+#: in a training process, 100 ms in a test runner's worker that ran a thousand tests).
+SCAN_SECONDS = 2.0
 NOTE = (
     "kept from outside Python's view (a callback C++ holds, such as a DDP comm hook, or the interpreter's "
     "atexit list): no variable, attribute or container refers to it"
@@ -67,7 +67,8 @@ class OutsideHeld:
         self.last_scan = -SCAN_GAP
         self.followed: list[tuple[str, weakref.ref]] = []
         self.before: dict[int, weakref.ref] | None = None  # the unreached parameters at the first scan
-        self.growing = False  # memory grows (set before each walk: a window of level auto, level full)
+        self.growing = False  # memory grows (set before each walk: a growth window of level auto)
+        self.seconds = 0.0  # what the last walk's scan took
 
     def give_up(self) -> None:
         self.misses, self.followed = MAX_MISSES, []
@@ -81,13 +82,21 @@ class OutsideHeld:
         return (self.growing or bool(self.followed)) and self.misses < MAX_MISSES and step - self.last_scan >= gap
 
     def followed_roots(self) -> list[tuple[Any, str]]:
-        """(object, name) of the outermost holders found so far that are still alive."""
+        """(object, name) of the outermost holders found so far that are still alive (a walk begins)."""
+        self.seconds = 0.0
         self.followed = [(name, ref) for name, ref in self.followed if ref() is not None]
         return [(obj, name) for name, obj in ((n, r()) for n, r in self.followed) if obj is not None]
 
     def scan(self, step: int, reached: set[int], exclude: set[int]) -> list[tuple[Any, str]]:
         """(object, name) of the outermost holders of the live parameters neither `reached` by the
         walk (the followed holders' included) nor the run's own (`exclude`), followed from now on."""
+        t0 = time.perf_counter()
+        try:
+            return self._scan(step, reached, exclude)
+        finally:
+            self.seconds = time.perf_counter() - t0
+
+    def _scan(self, step: int, reached: set[int], exclude: set[int]) -> list[tuple[Any, str]]:
         self.misses += 1  # until it finds one
         self.last_scan = step
         params = _unreached_params(reached, exclude)
@@ -152,13 +161,14 @@ def _outermost(obj: Any, climbed: set[int], ours: set[int], deadline: float = ma
     for level in range(DEPTH):
         if time.perf_counter() > deadline:
             return None
+        every = [*frontier, object()]  # the frontier and a fresh marker, referred to alike
+        refs = gc.get_referrers(*every)  # one pass a level: the climb's and the counts'
+        ours.update((id(refs), id(every)))
         if level:  # a parameter's own references (its module's dict, autograd's) are not the question
-            tops = [o for o, outside in zip(frontier, _held_outside(frontier), strict=True) if outside]
+            tops = [o for o, outside in zip(frontier, _held_outside(every, refs), strict=False) if outside]
             if tops:
                 climbed.update(seen)
                 return next((o for o in tops if _callable_of_user(o)), tops[0])
-        refs = gc.get_referrers(*frontier)
-        ours.add(id(refs))
         up = [r for r in refs if id(r) not in ours and not _own_frame(r)]
         del refs
         if any(id(r) in climbed or _is_globals(r) or isinstance(r, types.FrameType) for r in up):
@@ -172,19 +182,17 @@ def _outermost(obj: Any, climbed: set[int], ours: set[int], deadline: float = ma
     return None
 
 
-def _held_outside(objs: list) -> list[bool]:
-    """For each object, whether it has references no tracked object accounts for (what the
-    collector itself computes to find garbage), measured against a fresh object referred to the
-    same way (the references counting takes itself)."""
-    marker = object()
-    every = [*objs, marker]
+def _held_outside(every: list, refs: list) -> list[bool]:
+    """For each object of `every` but its last (a fresh marker), whether it has references that
+    none of `refs` (every tracked object that refers to one of them) accounts for: what the
+    collector itself computes to find garbage, measured against the marker (the counting's own)."""
     want = {id(o) for o in every}
     seen_by: collections.Counter[int] = collections.Counter()
-    for r in gc.get_referrers(*every):
+    for r in refs:
         if r is not every:
             seen_by.update(i for i in map(id, gc.get_referents(r)) if i in want)
-    base = sys.getrefcount(marker) - seen_by[id(marker)]
-    return [sys.getrefcount(o) - seen_by[id(o)] > base for o in objs]
+    counts = [sys.getrefcount(o) - seen_by[id(o)] for o in every]
+    return [c > counts[-1] for c in counts[:-1]]
 
 
 def _own_frame(r: object) -> bool:

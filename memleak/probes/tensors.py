@@ -258,7 +258,8 @@ class TensorProbe(Probe):
             plain = self.plain or step_seconds
             # what this deep step cost: the slower step while tagging and the walk (a one-off
             # referrer lookup does not set the pace)
-            cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0 - self.lookup_seconds
+            lookups = self.lookup_seconds + self.outside.seconds  # one-offs: they do not set the pace
+            cost = max(0.0, step_seconds - plain) + time.perf_counter() - t0 - lookups
             self.last_cost = cost
             gap = max(2, math.ceil(cost / max(plain * self.budget, 1e-9)))
             young = young_gap(step, cost, doubling=self._quiet_young())  # nothing seen yet: 1, 3, 7
@@ -276,7 +277,9 @@ class TensorProbe(Probe):
             self.loop_frame = next((f for f in here if f in self.frames), None)
             self.frames = here
         t0 = time.perf_counter()
-        self.outside.growing = bool(self.window) or self.ctx.level == Level.FULL
+        # level auto's growth windows only: a scan's passes over every object cost a test runner's
+        # worker seconds, and a fixed level has no sign of growth to wait for
+        self.outside.growing = bool(self.window)
         # prev_roots: a holder whose graph is built on what it held at the last deep step carries
         # the chain from step to step (graphs.py)
         walk = walk_roots(
