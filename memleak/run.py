@@ -26,7 +26,11 @@ def step_axis(steps: pd.DataFrame) -> np.ndarray:
     return np.arange(len(steps), dtype=float)
 
 
-def first_iteration_end(run: Any) -> float:
+#: Boundaries weaker than the loop's own that may cut its first iteration into parts.
+PARTS = (Boundary.FORWARD.value, Boundary.BACKWARD.value)
+
+
+def first_iteration_end(run: Run) -> float:
     """The step that ended the loop's first iteration where the steps before it were parts of it:
     iterations were ended at each call of the model (or backward pass) until the loop's first
     ``tracker.step()`` (a server that calls the model 64 times a request batch), which ended it. 0
@@ -35,10 +39,6 @@ def first_iteration_end(run: Any) -> float:
     if len(kinds) == 2 and kinds[0][0] in PARTS and kinds[1][0] == Boundary.CALL.value:
         return float(kinds[1][1] or 0)
     return 0.0
-
-
-#: Boundaries weaker than the loop's own that may cut its first iteration into parts.
-PARTS = (Boundary.FORWARD.value, Boundary.BACKWARD.value)
 
 
 def own_adjusted(steps: pd.DataFrame, column: str, y: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:

@@ -212,7 +212,7 @@ def _name(obj: object) -> str:
     if isinstance(obj, types.MethodType):
         return f"{type(obj.__self__).__name__}.{obj.__func__.__name__}"
     if isinstance(obj, types.FunctionType):
-        return obj.__qualname__.replace(".<locals>", "")
+        return qualname(obj).replace(".<locals>", "")
     return type(obj).__name__
 
 
